@@ -233,6 +233,11 @@ def _nvidia_arch(line: str):
     m = re.search(r"\bsm_(\d{2,3})\b", line)
     cc = re.search(r"(?:compute capability|CUDA capability|Compute capability)[^\d]{0,20}(\d{1,2})\.(\d)", line,
                    re.IGNORECASE)
+    # Kokkos: "running kernels compiled for compute capability 7.0 (...) on device with compute capability 5.0": the
+    # device's is the machine's, the first one the build's
+    device = re.search(r"(?i)\bon device with compute capability\s*(\d{1,2})\.(\d)", line)
+    if device:
+        cc = device
     if cc and re.search(r"(?i)\bROCm\b|\bHIP\b|Radeon|\bAMD\b|\bgfx\d", line):
         cc = None   # llama.cpp's ROCm device line prints the gfx number as a "compute capability" (10.3 is gfx103x)
     if cc:
@@ -643,6 +648,9 @@ _TOOLS = (
     ("whisper.cpp", r"whisper\.cpp|\bwhisper_(?:init|model_load|full|backend_init)\w*|whisper-cli"),
     ("torchvision", r"\btorchvision\b"),
     ("mamba-ssm", r"\bmamba_ssm\b|\bmamba-ssm\b|selective_scan_cuda|\bcausal_conv1d"),
+    # gsplat's rasterizer, and nerfstudio's method built on it (splatfacto): kernels built at install, wheels per torch
+    # (ASCII edges: a Chinese sentence glues its words to the name)
+    ("gsplat", r"(?<![A-Za-z0-9_])(?:gsplat|splatfacto)(?![A-Za-z0-9_])"),
     ("torch-extension", r"torch_extensions[/\\]|\bload_inline\b|cpp_extension\.load\b"),
     ("rocminfo", r"\brocminfo\b|ROCk module"),
     ("rocm-smi", r"\brocm-smi\b|ROCm System Management Interface"),

@@ -16,7 +16,7 @@ from steadytune.hardware.gpu_facts import arch_info, install_lines, normalise_gf
 # names several (a ComfyUI log shows torch too) is about the most specific one that printed an error.
 TOOL_ORDER = ("mlc-llm", "text-embeddings-inference", "ollama", "lmstudio", "koboldcpp", "gpt4all", "llama-cpp-python", "stable-diffusion.cpp", "llama.cpp", "whisper.cpp", "vllm", "sglang", "bitsandbytes",
               "flash-attn", "xformers", "rccl-tests", "rccl", "miopen", "hipblaslt", "rocblas", "migraphx", "onnxruntime",
-              "ctranslate2", "tensorflow", "paddle", "tinygrad", "jax", "zluda", "triton", "deepspeed", "apex", "mamba-ssm", "torch-extension", "comfyui", "a1111", "unsloth",
+              "ctranslate2", "tensorflow", "paddle", "tinygrad", "jax", "zluda", "triton", "deepspeed", "apex", "mamba-ssm", "gsplat", "torch-extension", "comfyui", "a1111", "unsloth",
               "llamafactory", "torchaudio", "torch", "torchvision")
 INFERENCE_TOOLS = ("ollama", "lmstudio", "koboldcpp", "llama-cpp-python", "llama.cpp", "whisper.cpp", "comfyui", "a1111", "zluda",
                    "onnxruntime", "migraphx", "ctranslate2")

@@ -56,6 +56,7 @@ import steadytune.doctor.rules.access.driver_checks  # noqa: E402,F401
 import steadytune.doctor.rules.access.inbox_driver  # noqa: E402,F401
 
 import steadytune.doctor.rules.access.vulkan_loader  # noqa: E402,F401
+import steadytune.doctor.rules.access.egl_contexts  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
@@ -103,8 +104,10 @@ import steadytune.doctor.rules.install.framework_cuda_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.cudnn_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.cudnn_windows  # noqa: E402,F401
 import steadytune.doctor.rules.install.onnxruntime_cuda  # noqa: E402,F401
+import steadytune.doctor.rules.install.dgl_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.openmm_platforms  # noqa: E402,F401
 import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_runtimes  # noqa: E402,F401

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import where_process_starts, set_variable
 from steadytune.doctor.rules.base import (Context, Diagnosis, NOT_DETECTED, OVERRIDE, _lines_matching, _make, _text,
@@ -375,3 +376,47 @@ def service_reads_no_shell_profile(ctx: Context) -> Optional[Diagnosis]:
                  f"on Linux {program} runs as the systemd service {unit}.service; systemd starts it with its unit's "
                  f"environment and never reads a shell's start-up files or exports, so {name}={value} never reaches "
                  "the running server", fix, [], said[:1])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A shell variable, not an environment variable: `NAME=value && command`
+# ---------------------------------------------------------------------------------------------------------
+
+# `NAME=value && cmd` or `NAME=value; cmd` at the start of a command (a shell line, a Dockerfile's RUN, after another
+# `&&`): POSIX shells make a bare assignment a shell variable of that shell, which a later command does not inherit
+# unless it is exported; only `NAME=value cmd` (one simple command) or `export NAME=value` hands it on (POSIX shell
+# command language, "Simple Commands"; bash's manual, "Environment"). Build switches read by setup.py or CMake
+# (FORCE_CUDA, TORCH_CUDA_ARCH_LIST, CUDA_HOME, CMAKE_ARGS, MAX_JOBS) are the usual losses.
+_SHELL_LOCAL = re.compile(r"(?:^|\bRUN\s+|&&\s*|;\s*|^\s*[$#>]\s*)(?<!export )(?<!ENV )([A-Z][A-Z0-9_]{2,})=(\"[^\"]*\"|'[^']*'|"
+                          r"[^\s;&|]+)\s*(?:&&|;)\s*(?!export\b|set\b|echo\b|env\b|printenv\b)"
+                          r"((?:sudo\s+)?[\w./-]+(?:\s+[^\s;&|]+){0,3})")
+# a build or run started by that next command: the program that should have read the variable
+_READS = re.compile(r"(?i)^(?:sudo\s+)?(?:pip3?|python3?|conda|cmake|make|ninja|cargo|npm|\./\S+|bash|sh|torchrun|"
+                    r"accelerate|deepspeed|ollama|llama-\S+|uv)\b")
+
+
+@rule("env-not-applied")
+def assignment_not_exported(ctx: Context) -> Optional[Diagnosis]:
+    """A variable assigned as a shell variable and then a separate command run (`NAME=value && pip install ...`):
+    the command never sees it, so the build or run goes on as though it were unset."""
+    text = _text(ctx)
+    for number, line in enumerate(ctx.sheet.lines, 1):
+        m = _SHELL_LOCAL.search(line)
+        if m is None or not _READS.match(m.group(3)):
+            continue
+        name, value, command = m.group(1), m.group(2), m.group(3).strip()
+        if re.search(rf"\bexport\s+(?:\w+=\S*\s+)*{name}\b|\bENV\s+{name}\b|\$\{{?{name}\b|\bset -a\b", text):
+            continue   # exported elsewhere, set by the Dockerfile, or expanded by the shell itself: it arrives
+        rest = line[m.end(2):].strip().lstrip("&;").strip()
+        prefix = "RUN " if re.search(r"\bRUN\s", line[:m.start(1)]) else ""
+        dockerfile = (f"; in a Dockerfile also ENV {name}={value} before the RUN (the whole image's builds see it)"
+                      if prefix else "")
+        return _make("env-not-applied", f"{name} is a shell variable: {command.split()[0]} never sees it",
+                     f"`{name}={value} && ...` (or `;`) only sets a variable of the shell itself; it is not exported, "
+                     f"so {command.split()[0]}, started as a separate command, runs without {name} (a build then "
+                     "takes its default, as though the variable were unset)",
+                     f"give it to the command itself: {prefix}{name}={value} {rest} (no && between them), or "
+                     f"{prefix}export {name}={value} && {rest}{dockerfile}; then rebuild (pip install --no-cache-dir "
+                     "--force-reinstall, so pip does not reuse the build made without it)",
+                     [Fact("env", f"{name}={value}", number, line.strip())], [ErrorLine(number, line.strip(), None)])
+    return None

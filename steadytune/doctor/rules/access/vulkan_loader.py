@@ -33,11 +33,65 @@ _VULKAN_PROGRAM = re.compile(r"(?i)\b(?:Upscayl|chaiNNer|video2x|(?:waifu2x|real
 _INTEL_GPU = re.compile(r"(?i)\bIntel(?:\(R\))? (?:Arc|Iris|UHD|HD Graphics|Xe)\b")
 
 
+# GPUs older than any Vulkan driver of their vendor, by the names a paste gives them: NVIDIA's Vulkan driver starts at
+# Kepler (GeForce 600/700 Kepler parts; Fermi GF1xx and the Tesla generation before it have none), AMD's at GCN
+# (TeraScale Radeon HD 2000-6000 have none), Intel's at Skylake on Windows and Ivy Bridge in Mesa (Sandy Bridge's HD Graphics has none).
+# Sources: NVIDIA's Vulkan driver support page (Kepler and newer); AMD's Vulkan support notes (GCN and newer); Intel's
+# Windows Vulkan driver notes (6th generation Core and newer); SaschaWillems/Vulkan issue 188 (NVS 5400M, Fermi).
+_NO_VULKAN = (
+    (re.compile(r"(?i)\bNVS ?(?:4200M|5200M|5400M|310|315|300)\b|\bQuadro (?:[45]00|[246]000|5000|[1-5]000M|5010M)\b|"
+                r"\b(?:Tesla )?[CM]20(?:50|70|75|90)\b|\bGTX ?(?:4[5-8]0|5[5-9]0|4[6-8]0M|5[6-8]0M)\b|"
+                r"\bGT ?(?:4[1-4]0|5[1-4][05]|6[12]0|5[2-5]5M|4[2-4]5M)\b|\bGeForce (?:405|410|510|605)\b|\bfermi\b"),
+     "Fermi", "NVIDIA's Vulkan driver starts at Kepler (compute capability 3.0: GeForce GTX 600/700 Kepler parts)"),
+    (re.compile(r"(?i)\b(?:GeForce )?(?:8[4-8]00|9[4-8]00) ?(?:GT|GTS|GTX|GS|M|GX2)\b|\bGTX ?2[6-9]5?\b|\bGT ?2[234]0\b|"
+                r"\bGeForce 210\b"),
+     "Tesla-generation (GeForce 8/9/200)", "NVIDIA's Vulkan driver starts at Kepler (GeForce GTX 600/700 Kepler parts)"),
+    (re.compile(r"(?i)\bRadeon HD ?[2-6]\d{3}M?\b|\bTeraScale\b"),
+     "TeraScale", "AMD's Vulkan drivers (and Mesa's RADV) start at GCN (Radeon HD 7000 GCN parts, R7/R9 200 and newer)"),
+    (re.compile(r"(?i)\bIntel(?:\(R\))? HD Graphics (?:2000|3000)\b|\bSandy ?Bridge\b"),
+     "Sandy Bridge", "Intel's Vulkan drivers start at Skylake on Windows, and Mesa's (ANV, hasvk) at Ivy Bridge"),
+)
+
+
+def gpu_without_vulkan(text: str) -> Optional[tuple[str, str, str]]:
+    """The GPU the paste names that no Vulkan driver serves: (its name as written, its generation, the floor)."""
+    for pattern, generation, floor in _NO_VULKAN:
+        m = pattern.search(text)
+        if m:
+            return m.group(0), generation, floor
+    return None
+
+
+@rule("gpu-unsupported")
+def vulkan_gpu_below_floor(ctx: Context) -> Optional[Diagnosis]:
+    """Vulkan refusing the instance (or finding no device) on a GPU of a generation no Vulkan driver serves: no driver
+    reinstall can help."""
+    lines = _lines_matching(ctx, _NO_INSTANCE) or _lines_matching(ctx, _NO_VULKAN_DEVICE)
+    below = gpu_without_vulkan(_text(ctx))
+    if not lines or below is None:
+        return None
+    name, generation, floor = below
+    gpu = name if generation.lower() not in name.lower() else "the GPU"
+    return _make("gpu-unsupported", f"{gpu} has no Vulkan driver ({generation})",
+                 f"{gpu} is a {generation} GPU; {floor}, so the Vulkan loader finds no driver for it "
+                 "(VK_ERROR_INCOMPATIBLE_DRIVER), whatever driver is installed",
+                 f"{gpu} ({generation}) cannot run Vulkan: run the program on a Vulkan-capable GPU (NVIDIA Kepler or "
+                 "newer, AMD GCN or newer, Intel Skylake or newer), or use the program's OpenGL (or CPU) path where it "
+                 "has one; reinstalling the driver will not add Vulkan", [ctx.line_fact(lines[0])], lines[:1])
+
+
+# the loader's device list empty ("failed to find GPUs with Vulkan support", vkEnumeratePhysicalDevices found 0)
+_NO_VULKAN_DEVICE = re.compile(r"(?i)failed to find GPUs with Vulkan support|no Vulkan (?:physical )?devices? "
+                               r"(?:found|available)|vkEnumeratePhysicalDevices\b.{0,40}\b(?:0|no)\b")
+
+
 @rule("driver")
 def vulkan_instance_refused(ctx: Context) -> Optional[Diagnosis]:
     lines = _lines_matching(ctx, _NO_INSTANCE)
     if not lines or ctx.sheet.has("platform", "wsl"):
         return None
+    if gpu_without_vulkan(_text(ctx)) is not None:
+        return None   # a GPU older than any Vulkan driver: vulkan_gpu_below_floor's reading
     text = _text(ctx)
     if re.search(r"(?i)\bWSL ?2?\b", text):
         return None   # WSL's own reading: no hardware Vulkan driver there

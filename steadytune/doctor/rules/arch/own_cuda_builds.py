@@ -1,14 +1,17 @@
 """CUDA code the user built (or a package compiled at install) without the GPU's compute capability: the build system
 of what failed says which knob gives it code for the GPU. A PyTorch extension (mmcv, detectron2, pytorch3d, apex and
 the like, built through torch.utils.cpp_extension) reads TORCH_CUDA_ARCH_LIST; a CMake project CMAKE_CUDA_ARCHITECTURES;
-candle's kernels (mistral.rs, candle's own examples, cargo builds) CUDA_COMPUTE_CAP; a flag written into the build
+candle's kernels (mistral.rs, candle's own examples, cargo builds) CUDA_COMPUTE_CAP; a Kokkos build one GPU arch by
+name (KOKKOS_ARCH=Maxwell50 in its Makefile build, -DKokkos_ARCH_MAXWELL50=ON in CMake); a flag written into the build
 (`-gencode arch=compute_61,code=sm_61`, a Makefile's ARCH line) names the archs itself. Every value is the paste's: each
 GPU it names (a build made on one card and run on another needs both), and the toolkit that must know the newest one.
 
 Sources: PyTorch's torch.utils.cpp_extension docs (TORCH_CUDA_ARCH_LIST, "7.0;8.0", +PTX); CMake's
 CMAKE_CUDA_ARCHITECTURES docs; candle's bindgen_cuda build helper (CUDA_COMPUTE_CAP, else nvidia-smi's compute_cap) and
 candle-kernels' `#if __CUDA_ARCH__ >= 800` bf16 guards (huggingface/candle#43, #1659); NVIDIA's CUDA release notes for
-the first toolkit of each compute capability (cuda_builds._NVCC_FIRST)."""
+the first toolkit of each compute capability (cuda_builds._NVCC_FIRST); Kokkos' build documentation (Kokkos_ARCH_*
+options, one NVIDIA arch per build) and its Cuda::initialize check (kokkos/kokkos issue 1944: a Volta70 build on a
+Maxwell 5.0 GPU)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,16 @@ _TORCH_EXTENSION = re.compile(r"(?i)TORCH_CUDA_ARCH_LIST|\bFORCE_CUDA\b|torch\.u
 _CMAKE = re.compile(r"(?i)\bCMakeLists\.txt\b|\bcmake\b|-DCMAKE_|CMAKE_CUDA_ARCHITECTURES")
 _CARGO = re.compile(r"(?i)\bcargo (?:build|run|install)\b|\bcandle(?:-kernels|-core)?\b|\bbindgen_cuda\b|\bcudarc\b|"
                     r"CUDA_COMPUTE_CAP|\bmistral\.?rs\b|\bmistralrs\b")
+# a Kokkos application: its namespace in an error, its build's arch knob, its name
+_KOKKOS = re.compile(r"(?i)\bKokkos::|\bKOKKOS_ARCH\b|\bKokkos_ARCH_\w+|\bkokkos\b")
+# Kokkos' name for each NVIDIA compute capability (the Makefile's KOKKOS_ARCH value; CMake's Kokkos_ARCH_<UPPER>)
+_KOKKOS_ARCH = {"30": "Kepler30", "32": "Kepler32", "35": "Kepler35", "37": "Kepler37", "50": "Maxwell50",
+                "52": "Maxwell52", "53": "Maxwell53", "60": "Pascal60", "61": "Pascal61", "70": "Volta70",
+                "72": "Volta72", "75": "Turing75", "80": "Ampere80", "86": "Ampere86", "87": "Ampere87", "89": "Ada89",
+                "90": "Hopper90", "100": "Blackwell100", "120": "Blackwell120"}
+# Kokkos' start-up check: the kernels' compute capability against the device's
+_KOKKOS_REFUSED = re.compile(r"(?i)Kokkos::Cuda::initialize ERROR:?.{0,40}\bcompiled for compute capability")
+_KOKKOS_DEVICE = re.compile(r"(?i)\bdevice with compute capability\s*(\d{1,2})\.(\d)")
 # a build's own arch flags: "-gencode=arch=compute_61,code=sm_61", "-arch=sm_61", "ARCH= -gencode arch=compute_52,..."
 _GENCODE = re.compile(r"(?i)-gencode[= ]arch=compute_(\d{2,3})|-arch[= ]sm_(\d{2,3})")
 # the user's word that they built it ("compile mmcv through the source code", "a clean compile", "cargo build")
@@ -65,10 +78,12 @@ def capabilities(ctx: Context) -> list[str]:
 
 
 def build_system(text: str) -> Optional[str]:
-    """What was built, by the words of its build: "cargo", "torch-extension", "cmake", "gencode" (flags written into
+    """What was built, by the words of its build: "cargo", "kokkos", "torch-extension", "cmake", "gencode" (flags written into
     the build) or None (nothing built here: a wheel or a release binary)."""
     if _CARGO.search(text):
         return "cargo"
+    if _KOKKOS.search(text):
+        return "kokkos"
     if _TORCH_EXTENSION.search(text):
         return "torch-extension"
     if _CMAKE.search(text):
@@ -97,6 +112,8 @@ def rebuild_for(ctx: Context, arch: str) -> Optional[str]:
         return (f"the build's flags ask only for {', '.join('compute_' + p for p in pinned)}: replace them with the "
                 f"GPU's own ({flags}), or remove the variable or Makefile line that sets them so the default list "
                 f"applies, then rebuild from a clean tree{toolkit}")
+    if system == "kokkos":
+        return _kokkos_rebuild(arch[3:], toolkit)
     if system == "torch-extension":
         listed = ";".join(dotted(int(cc)) for cc in ccs)
         return (f"rebuild it with code for every GPU it runs on: export TORCH_CUDA_ARCH_LIST=\"{listed}\" (FORCE_CUDA=1 "
@@ -118,6 +135,18 @@ def rebuild_for(ctx: Context, arch: str) -> Optional[str]:
                 f"(candle's kernels are built for one compute capability, nvidia-smi's when the variable is unset), "
                 f"after cargo clean{toolkit}")
     return None
+
+
+def _kokkos_rebuild(cc: str, toolkit: str = "") -> str:
+    """Kokkos' knob for one compute capability: it builds for one NVIDIA arch, named, not a list."""
+    name = _KOKKOS_ARCH.get(cc)
+    if name is None:
+        return (f"rebuild Kokkos and the application for compute capability {dotted(int(cc))}: set KOKKOS_ARCH (Makefile "
+                f"builds) or the matching -DKokkos_ARCH_<name>=ON (CMake) to this GPU's arch, from a clean build{toolkit}")
+    return (f"rebuild for this GPU's arch: in the Makefile build set KOKKOS_ARCH = {name} (replacing the arch it "
+            f"names now), in a CMake build -DKokkos_ARCH_{name.upper()}=ON with -DKokkos_ENABLE_CUDA=ON (Kokkos takes "
+            f"one NVIDIA arch per build; drop the other Kokkos_ARCH_ GPU option); clean the build (make clean, or a "
+            f"new build folder) and rebuild Kokkos with the application{toolkit}")
 
 
 def _toolkit_note(ctx: Context, cc: str) -> str:
@@ -185,3 +214,21 @@ def candle_bf16_below_ampere(ctx: Context) -> Optional[Diagnosis]:
                  f"the CUDA kernels are compiled for the compute capability nvidia-smi reports (here "
                  f"{', '.join(dotted(int(c)) for c in ccs)}), and their bf16 code needs 8.0 or newer",
                  target, [ctx.line_fact(failing[0])], failing)
+
+
+@rule("arch-missing")
+def kokkos_built_for_another_arch(ctx: Context) -> Optional[Diagnosis]:
+    """Kokkos' own start-up refusal: kernels compiled for one compute capability (0.0 where none was built for a CUDA
+    arch) on a device of another: the build's KOKKOS_ARCH names another GPU."""
+    refused = _lines_matching(ctx, _KOKKOS_REFUSED)
+    device = _KOKKOS_DEVICE.search(_text(ctx))
+    if not refused or device is None:
+        return None
+    cc = device.group(1) + device.group(2)
+    built = re.search(r"(?i)compiled for compute capability\s*(\d{1,2})\.(\d)", refused[0].line)
+    what = (f"for compute capability {built.group(1)}.{built.group(2)}" if built and built.group(1) != "0" else
+            "for no CUDA arch this GPU runs (0.0: none matching)")
+    return _make("arch-missing", f"the Kokkos build has no kernels for compute capability {dotted(int(cc))}",
+                 f"the application's kernels were compiled {what}, and the GPU is compute capability "
+                 f"{dotted(int(cc))}: the build's KOKKOS_ARCH (Kokkos_ARCH_* in CMake) names another GPU, so Kokkos "
+                 "refuses to launch them", _kokkos_rebuild(cc), [ctx.line_fact(refused[0])], refused)

@@ -19,6 +19,7 @@ class BrokenRelease:
     symptom: re.Pattern     # what its broken builds do
     fix: str
     source: str
+    family: str = "wheel-platform"   # what the broken build lacks: a file it should ship is rocm-libs-missing
 
 
 BROKEN_RELEASES = (
@@ -29,6 +30,14 @@ BROKEN_RELEASES = (
                   "fixes its wheels",
                   "Dao-AILab/flash-attention issue 1749 (2.8.1's prebuilt wheels fail with 'device kernel image is "
                   "invalid' on several GPUs; 2.8.0.post2 works)"),
+    # Taichi's CUDA backend loads libdevice as LLVM bitcode shipped inside the wheel (taichi/lib/slim_libdevice.10.bc);
+    # the 0.5.12 Windows wheel was published without it, and 0.5.14 put it back
+    BrokenRelease("taichi", r"\[?taichi\]?", "0.5.12",
+                  re.compile(r"(?i)(?:bitcode file|libdevice)\b.{0,160}\bnot found|slim_libdevice\S*\.bc"),
+                  "pip install -U \"taichi>=0.5.14\" (0.5.14 ships the libdevice bitcode again); or run on the CPU "
+                  "backend (ti.init(arch=ti.cpu)) until then",
+                  "taichi-dev/taichi issue 807 (0.5.12's Windows wheel lacks slim_libdevice.10.bc; fixed in 0.5.14)",
+                  "rocm-libs-missing"),
 )
 
 
@@ -42,7 +51,7 @@ def known_broken_release(ctx: Context) -> Optional[Diagnosis]:
             continue
         lines = _lines_matching(ctx, row.symptom)
         if lines:
-            return _make("wheel-platform", f"{row.package} {row.version}'s builds are broken",
+            return _make(row.family, f"{row.package} {row.version}'s builds are broken",
                          f"{row.package} {row.version} is installed, and its published builds fail this way on "
                          f"working machines ({row.source}): the release, not the GPU or driver, is the cause",
                          row.fix, [ctx.line_fact(lines[0])], lines)

@@ -214,3 +214,30 @@ def program_dll_from_system32(ctx: Context) -> Optional[Diagnosis]:
                  "a program or a guide put into System32 (not Windows' own: never delete Windows ML's onnxruntime.dll); "
                  "and keep C:\\Windows\\System32 itself on PATH, where the GPU driver's DLLs are",
                  [ctx.line_fact(lines[0])], lines[:1])
+
+
+# COLMAP's CUDA build counting no CUDA device at its SIFT or PatchMatch start (glog's "Check failed: num_cuda_devices
+# > 0 (0 vs. 0)"); a source build of COLMAP links the CUDA runtime of the toolkit it was configured with
+_COLMAP_NO_DEVICE = re.compile(r"(?i)Check failed: num_cuda_devices > 0|\bcolmap\b.{0,80}\bno CUDA[- ](?:capable )?device")
+_TOOLKIT_SAID = re.compile(r"(?i)\bCUDA(?:[ _-]?toolkit)?[ _-]?v?(\d{1,2}\.\d)(?:\.\d+)?\b(?!\s*\|)")
+
+
+@rule("rocm-libs-missing")
+def colmap_counts_no_cuda_device(ctx: Context) -> Optional[Diagnosis]:
+    """COLMAP's CUDA build finds zero CUDA devices outside a container: the CUDA runtime it was built with is not
+    what the loader finds (the toolkit's lib64 off LD_LIBRARY_PATH, its bin off PATH), so it cannot count the GPU.
+    In a container the GPU not passed in is the container reading's."""
+    lines = _lines_matching(ctx, _COLMAP_NO_DEVICE)
+    text = _text(ctx)
+    if not lines or re.search(r"(?i)\bdocker\b|\bpodman\b|\bsingularity\b|\bapptainer\b|\bWSL\b", text):
+        return None
+    said = [m.group(1) for m in _TOOLKIT_SAID.finditer(text)]
+    folder = f"/usr/local/cuda-{said[0]}" if said else "/usr/local/cuda"
+    return _make("rocm-libs-missing", "COLMAP's CUDA build finds no CUDA device",
+                 "COLMAP was built against a CUDA toolkit and counts the GPUs through that toolkit's CUDA runtime; "
+                 "counting none (0 vs. 0) on a machine with an NVIDIA GPU means the runtime and driver it loads do not "
+                 "answer: the toolkit's libraries are not on the loader's path, or another CUDA's are found first",
+                 f"put the toolkit COLMAP was built with on the paths before running it: export PATH={folder}/bin:$PATH "
+                 f"and export LD_LIBRARY_PATH={folder}/lib64:$LD_LIBRARY_PATH (in ~/.bashrc to keep them); check that "
+                 "nvidia-smi lists the GPU and that ldd $(which colmap) | grep cuda finds the libraries; meanwhile "
+                 "--SiftExtraction.use_gpu 0 runs feature extraction on the CPU", [ctx.line_fact(lines[0])], lines)

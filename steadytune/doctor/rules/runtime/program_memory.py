@@ -38,6 +38,11 @@ Facts (each program's README, docs or argument parser):
       --cache_text_encoder_outputs, --blocks_to_swap. torchtune: batch_size, enable_activation_checkpointing,
       optimizer_in_bwd. Megatron-LM: --micro-batch-size, --recompute-granularity. Ultralytics: batch=-1 (AutoBatch,
       60% of the GPU), imgsz.
+  instant-ngp (NVlabs/instant-ngp README and its transforms.json docs): aabb_scale (1-128, powers of two) sets the
+      density grid's cascades; colmap2nerf.py --aabb_scale; memory grows with it and with the images' count and size.
+      3D Gaussian Splatting (graphdeco-inria README): -r / --resolution, --data_device cpu, --densify_grad_threshold,
+      --densify_until_iter. nerfstudio (its ns-train options): --pipeline.datamanager.train-num-rays-per-batch,
+      --pipeline.model.eval-num-rays-per-chunk, nerfstudio-data --downscale-factor.
   Online int8/int4 quantization (Baichuan's and ChatGLM's model.quantize(8)): it runs on weights already loaded in
       fp16, so device_map="auto" (or .cuda() first) puts the whole fp16 model on the GPU before it.
 """
@@ -261,6 +266,22 @@ _PROGRAMS = (
             "batch=-1 (AutoBatch sizes it to 60% of the GPU's memory) or a smaller batch=8, a smaller imgsz; "
             "YOLOv5's train.py: --batch-size -1 or smaller, --img smaller",
             "a smaller imgsz and batch, half=True"),
+    # NeRF and Gaussian-splatting trainers: their memory is the scene's, not a batch's
+    Program("instant-ngp", r"(?i)\binstant[-_ ]?ngp\b|\bcolmap2nerf\.py\b|\bpyngp\b|\btestbed\b", "any",
+            "instant-ngp keeps the whole scene on the GPU: its density grid's cascades grow with aabb_scale (up to 128), "
+            "and every training image is loaded onto the GPU at full resolution",
+            "lower aabb_scale in transforms.json (16 -> 4 or 2; colmap2nerf.py --aabb_scale 4 when making it), use fewer "
+            "or lower-resolution images (downscale them before training), and close other programs using the GPU"),
+    Program("3D Gaussian Splatting", r"(?i)gaussian[-_ ]splatting|diff[-_]gaussian[-_]rasteri[sz]ation|"
+                                     r"3DGS|densify_(?:until_iter|grad_threshold)", "training",
+            "3D Gaussian Splatting's memory grows with the Gaussians densified and the images kept on the GPU",
+            "train at a lower resolution (-r 2 or -r 4), keep the images in host memory (--data_device cpu), and "
+            "densify less (a higher --densify_grad_threshold, a lower --densify_until_iter)"),
+    Program("nerfstudio", r"(?i)nerfstudio|ns-train|nerfacto", "any",
+            "nerfstudio's memory is the rays per batch and the images its data manager keeps on the GPU",
+            "fewer rays per batch (--pipeline.datamanager.train-num-rays-per-batch 2048, "
+            "--pipeline.model.eval-num-rays-per-chunk 4096) and downscaled images (the dataparser's "
+            "--downscale-factor 2, e.g. ns-train nerfacto ... nerfstudio-data --downscale-factor 2)"),
 )
 
 
