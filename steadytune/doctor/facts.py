@@ -549,14 +549,25 @@ def _torch(line: str):
 
 # llama.cpp's build options it renamed (LLAMA_* -> GGML_* in mid 2024, HIPBLAS/CUBLAS -> HIP/CUDA): a build given the
 # old name silently ignores it and builds for the CPU (llama.cpp's CMakeLists and its docs/build.md)
+# ggml's backend options under their retired names (llama.cpp's LLAMA_* and whisper.cpp's WHISPER_* became GGML_* in
+# 2024; GGML_HIPBLAS / GGML_CUBLAS became GGML_HIP / GGML_CUDA): current ggml reads none of them, silently
 RETIRED_OPTIONS = {"LLAMA_HIPBLAS": "GGML_HIP", "GGML_HIPBLAS": "GGML_HIP", "LLAMA_HIP": "GGML_HIP",
+                   "WHISPER_HIPBLAS": "GGML_HIP",
                    "LLAMA_CUBLAS": "GGML_CUDA", "GGML_CUBLAS": "GGML_CUDA", "LLAMA_CUDA": "GGML_CUDA",
-                   "LLAMA_VULKAN": "GGML_VULKAN", "LLAMA_METAL": "GGML_METAL", "LLAMA_SYCL": "GGML_SYCL"}
+                   "WHISPER_CUBLAS": "GGML_CUDA", "WHISPER_CUDA": "GGML_CUDA",
+                   "LLAMA_VULKAN": "GGML_VULKAN", "WHISPER_VULKAN": "GGML_VULKAN", "LLAMA_METAL": "GGML_METAL",
+                   "WHISPER_METAL": "GGML_METAL", "LLAMA_SYCL": "GGML_SYCL"}
+# the ways a build sets a CMake option: cmake's -DNAME=, a nix derivation's (cmakeBool "NAME" ...), CMake's own
+# set(NAME ON) / option(NAME ...), make's NAME=1
+_OPTION_SET = re.compile(r"-D(" + "|".join(RETIRED_OPTIONS) + r")(?::BOOL)?=|\bcmake(?:Bool|Feature|OptionType)\s+"
+                         r"(?:\w+\s+)?\"(" + "|".join(RETIRED_OPTIONS) + r")\"|\b(?:set|option)\s*\(\s*("
+                         + "|".join(RETIRED_OPTIONS) + r")\b|(?<![-\w])(" + "|".join(RETIRED_OPTIONS) + r")=(?:1|ON|on)\b")
 
 
 @finder
 def _retired_option(line: str):
-    for name in re.findall(r"-D(" + "|".join(RETIRED_OPTIONS) + r")=", line):
+    for m in _OPTION_SET.finditer(line):
+        name = next(g for g in m.groups() if g)
         yield "retired_option", name, RETIRED_OPTIONS[name]
 
 

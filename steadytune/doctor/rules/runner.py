@@ -28,6 +28,7 @@ import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
+import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.arch.source_builds  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.build_asks  # noqa: E402,F401
@@ -78,6 +79,8 @@ import steadytune.doctor.rules.install.compile_backend  # noqa: E402,F401
 import steadytune.doctor.rules.install.companion_index  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.app_torch  # noqa: E402,F401
+import steadytune.doctor.rules.install.webui_backend_flags  # noqa: E402,F401
+import steadytune.doctor.rules.install.directml_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.hidden_imports  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.platform_requests  # noqa: E402,F401
@@ -97,6 +100,8 @@ import steadytune.doctor.rules.install.build_isolation  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensile_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.hip_sdk_found  # noqa: E402,F401
+import steadytune.doctor.rules.install.zluda_sdk_release  # noqa: E402,F401
+import steadytune.doctor.rules.install.hip_sdk_installer  # noqa: E402,F401
 import steadytune.doctor.rules.install.driver_mounts  # noqa: E402,F401
 import steadytune.doctor.rules.install.nvrtc_builtins  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensorflow_libraries  # noqa: E402,F401
@@ -115,6 +120,7 @@ import steadytune.doctor.rules.install.nccl_library  # noqa: E402,F401
 import steadytune.doctor.rules.install.lmstudio_backends  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
+import steadytune.doctor.rules.machine.rocm_build_enumeration  # noqa: E402,F401
 import steadytune.doctor.rules.machine.gpu_selection  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
 import steadytune.doctor.rules.machine.platform  # noqa: E402,F401

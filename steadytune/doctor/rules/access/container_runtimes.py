@@ -20,6 +20,8 @@ spec (CDI), its security policy (SELinux) and the image's group file decide, wit
     NVML's "Insufficient Permissions" on an SELinux host: relabel the driver's files (restorecon).
   - distrobox refusing the engine's own flags given before `--`; a container started without the NVIDIA runtime
     (CUDA's "driver version is insufficient" with a new enough host driver); a TrueNAS app without /dev/kfd.
+  - a runtime docker calls unknown although daemon.json registers it: the daemon was not restarted after the edit;
+    nvidia-container-cli taking a word of the GPU's name for a path to mount (libnvidia-container before 1.0.2).
 """
 
 from __future__ import annotations
@@ -377,6 +379,67 @@ def _gpus_without_a_gpu(ctx: Context, text: str) -> Optional[Diagnosis]:
                         "devices entry): the CPU image runs without it", [ctx.line_fact(refused[0])], refused))
 
 
+# docker refusing a runtime by name, and the places a paste shows that runtime already registered: daemon.json's
+# "runtimes" block (or the toolkit's configure step run), while `docker info` still lists only runc
+_RUNTIME_UNKNOWN = re.compile(r"(?i)unknown or invalid runtime name:?\s*([\w.-]+)")
+_REGISTERED = r'(?is)"runtimes"\s*:\s*\{{\s*"{0}"|"default-runtime"\s*:\s*"{0}"|(?:nvidia|amd)-ctk runtime configure'
+_DOCKER_INFO_RUNTIMES = re.compile(r"(?i)\bRuntimes:[ \t]*([^\r\n]*)")
+
+
+def _runtime_not_loaded(ctx: Context, text: str) -> Optional[Diagnosis]:
+    """docker says it knows no runtime of that name although daemon.json (pasted) already registers it, or the
+    toolkit's configure step was run: the daemon reads daemon.json only when it starts, so the file was edited after
+    it started and it was never restarted (docker info's Runtimes line, listing runc alone, shows the daemon's own
+    view). A restart loads it; nothing needs installing."""
+    said = _lines_matching(ctx, _RUNTIME_UNKNOWN)
+    if not said:
+        return None
+    name = _RUNTIME_UNKNOWN.search(said[0].line).group(1)
+    if not re.search(_REGISTERED.format(re.escape(name)), text):
+        return None   # never registered: installing and configuring the toolkit is device_files' reading
+    info = _DOCKER_INFO_RUNTIMES.search(text)
+    if info and name in info.group(1):
+        return None   # the daemon has it: the refusal comes from another daemon (a context, a snap docker)
+    shown = f" (docker info lists only: {info.group(1).strip()})" if info else ""
+    toolkit = "amd-ctk" if name == "amd" else "nvidia-ctk"
+    wsl = re.search(r"(?i)\bwsl ?2?\b", text)
+    return _first(_make("env-not-applied", f"docker's daemon has not loaded the {name} runtime",
+                        f"daemon.json registers the {name} runtime, but the docker daemon reads that file only when "
+                        f"it starts, and it was not restarted after the edit{shown}: the running daemon does not "
+                        f"know {name}",
+                        "restart the docker daemon so it reads /etc/docker/daemon.json: sudo systemctl restart docker"
+                        + (" (a WSL distribution without systemd: sudo service docker restart; Docker Desktop: "
+                           "restart Docker Desktop, whose Settings > Docker Engine holds its own daemon.json)"
+                           if wsl else " (Docker Desktop: restart it; its Settings > Docker Engine holds its own "
+                           "daemon.json)") +
+                        f"; then docker info | grep -i runtime must list {name} (if the file does not parse, "
+                        f"sudo {toolkit} runtime configure --runtime=docker writes it again)",
+                        [ctx.line_fact(said[0])], said))
+
+
+# nvidia-container-cli failing to stat a "path" that is a word of the GPU's name (/GeForce, /Tesla, /Quadro): old
+# libnvidia-container releases misread the driver's information and took the name's first word for a file to mount
+# (NVIDIA/nvidia-docker#957: fixed by libnvidia-container 1.0.2)
+_STAT_NAME = re.compile(r"(?i)nvidia-container-cli: mount error: stat failed: /(GeForce|Tesla|Quadro|TITAN|NVIDIA|RTX)"
+                        r"\b(?!/)")
+
+
+def _cli_reads_a_name(ctx: Context, text: str) -> Optional[Diagnosis]:
+    said = _lines_matching(ctx, _STAT_NAME)
+    if not said:
+        return None
+    word = _STAT_NAME.search(said[0].line).group(1)
+    return _first(_make("device-access", "libnvidia-container takes a word of the GPU's name for a file",
+                        f"/{word} is no file of the driver's: it is the first word of the GPU's name, which this "
+                        "libnvidia-container release misread from the driver's information as a path to mount into "
+                        "the container, so every GPU container fails to start",
+                        "upgrade the container toolkit's library: libnvidia-container1 and libnvidia-container-tools "
+                        "to 1.0.2 or newer (sudo apt-get install --only-upgrade libnvidia-container1 "
+                        "libnvidia-container-tools nvidia-container-toolkit; yum/dnf update the same), then sudo "
+                        "systemctl restart docker; nvidia-container-cli -V shows the release",
+                        [ctx.line_fact(said[0])], said))
+
+
 @rule("device-access")
 def container_runtime_rules(ctx: Context) -> Optional[Diagnosis]:
     """The container's engine, not the host, withholds the GPU: its cgroup driver, its runtime's config, its device
@@ -390,7 +453,7 @@ def container_runtime_rules(ctx: Context) -> Optional[Diagnosis]:
         found = reading(ctx)
         if found is not None:
             return found
-    for reading in (_cgroup_refused, _selinux_labels, _distrobox_engine_flags, _container_without_driver,
+    for reading in (_runtime_not_loaded, _cli_reads_a_name, _cgroup_refused, _selinux_labels, _distrobox_engine_flags, _container_without_driver,
                     _truenas_without_kfd, _gpus_without_a_gpu, _no_cgroups, _lost_after_a_while, _no_cdi_spec,
                     _toolbox_without_devices):
         found = reading(ctx, text)

@@ -40,6 +40,10 @@ _DEEPER = ("device-access", "driver", "wsl", "rocm-libs-missing", "override-wron
 
 
 
+# the programs built on ggml that take its backend options
+_GGML_PROGRAM = re.compile(r"(?i)\bwhisper[.-]cpp\b|\bllama[.-]cpp\b|\bstable-diffusion\.cpp\b|\bkoboldcpp\b")
+
+
 def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional[str]) -> Optional[Diagnosis]:
     """A runtime other than torch built for another backend: CTranslate2's PyPI wheels (faster-whisper, whisperX) are CUDA,
     llama.cpp built with an option its version ignores is CPU-only, a torch that is the CPU build under a CUDA
@@ -81,12 +85,19 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
     if retired is not None:
         # the build command itself names an option llama.cpp no longer reads: whatever follows runs on the CPU
         new = retired.detail
-        diagnosis = _make("torch-build", f"llama.cpp's {retired.value} option is retired",
-                     f"llama.cpp renamed {retired.value} to {new}; a build given the old name ignores it and builds "
-                     "for the CPU only",
-                     f"configure with -D{new}=on instead (llama-cpp-python: CMAKE_ARGS=\"-D{new}=on\" pip install "
-                     "--force-reinstall --no-cache-dir llama-cpp-python)" +
-                     (", with -DAMDGPU_TARGETS=<your gfx>" if new == "GGML_HIP" else ""),
+        program = _GGML_PROGRAM.search(text + "\n" + _text(ctx))
+        name = program.group(0).lower().replace("-", ".") if program else "llama.cpp"
+        nix = re.search(r"\bcmakeBool\b", retired.line)
+        library = "libggml-" + new.split("_", 1)[1].lower()
+        diagnosis = _make("torch-build", f"{name}'s {retired.value} option is retired",
+                     f"ggml (the engine of {name}) renamed {retired.value} to {new}; a build given the old name "
+                     f"ignores it without a word, so the {new.split('_', 1)[1]} backend ({library}) is never built "
+                     "and the program runs on the CPU only (it says no GPU found)",
+                     f"configure with -D{new}=ON instead" +
+                     (f" (in the nix package: cmakeBool \"{new}\" ...)" if nix else "") +
+                     f"; the build then makes ggml's backend module {library} (.so / .dll: check it is there)" +
+                     (f" (llama-cpp-python: CMAKE_ARGS=\"-D{new}=on\" pip install --force-reinstall --no-cache-dir "
+                      "llama-cpp-python)" if name == "llama.cpp" else "") + (", with -DAMDGPU_TARGETS=<your gfx>" if new == "GGML_HIP" else ""),
                      [retired], errors or _symptom_lines(ctx, [retired]),
                      # likely, not settled: the old names were right for the releases before the rename, and the
                      # paste rarely says which llama.cpp it builds; a cause the facts settle goes first

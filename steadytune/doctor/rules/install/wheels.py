@@ -628,9 +628,55 @@ def _thirty_two_bit_python(ctx: Context) -> Optional[Diagnosis]:
                  "must print 64", [bits, ctx.line_fact(failed[0])], failed[:2])
 
 
+# packages PyPI has for Windows only (their files are all win_amd64 / win32 / win_arm64 wheels, no source release):
+# package -> what it is, and its counterpart elsewhere by GPU vendor (None: any vendor)
+_WINDOWS_ONLY = {
+    "onnxruntime-directml": ("onnxruntime's DirectML build (DirectX 12)",
+                             {"amd": "onnxruntime-rocm / onnxruntime-migraphx (AMD's ROCm wheels from repo.radeon.com; "
+                                     "the program's ROCm requirements file, RVC's requirements-amd.txt)",
+                              "nvidia": "onnxruntime-gpu", None: "onnxruntime (CPU), onnxruntime-gpu on NVIDIA, "
+                                                                 "onnxruntime-rocm on AMD"}),
+    "onnxruntime-genai-directml": ("onnxruntime-genai's DirectML build",
+                                   {"nvidia": "onnxruntime-genai-cuda", None: "onnxruntime-genai (CPU) or "
+                                                                              "onnxruntime-genai-cuda on NVIDIA"}),
+    "triton-windows": ("the Windows port of Triton", {None: "triton (Linux wheels; torch installs its own)"}),
+    "pywin32": ("the Win32 API bindings", {None: "nothing: leave it out of the requirements on Linux/macOS (a "
+                                                 "marker: pywin32; sys_platform == 'win32')"}),
+}
+_NOT_FOUND_FOR = re.compile(r"(?i)(?:No matching distribution found for|Could not find a version that satisfies the "
+                            r"requirement)\s+([A-Za-z][\w.-]*)")
+
+
+def _windows_only_package(ctx: Context) -> Optional[Diagnosis]:
+    """pip finding no file at all of a package that is published for Windows only, on Linux or macOS: no Python
+    version would help (onnxruntime-directml's DirectML is a Windows API; RVC-Project#1109 on Pop!_OS: its
+    requirements-dml.txt is the Windows path, ROCm the Linux one)."""
+    said = _lines_matching(ctx, _NOT_FOUND_FOR)
+    hits = [(line, _NOT_FOUND_FOR.search(line.line).group(1).lower()) for line in said]
+    hits = [(line, name) for line, name in hits if name in _WINDOWS_ONLY]
+    if not hits:
+        return None
+    text = _text(ctx)
+    kinds = machine_kinds(on_windows(ctx, text), _vendor(ctx), text)
+    if "windows" in kinds:
+        return None   # on Windows it is the Python or the architecture: the general reading
+    line, name = hits[0]
+    what, counterparts = _WINDOWS_ONLY[name]
+    vendor = "amd" if "amd" in kinds else "nvidia" if "nvidia" in kinds else None
+    instead = counterparts.get(vendor) or counterparts[None]
+    os_name = "macOS" if "macos" in kinds else "Linux"
+    requirements = re.search(r"(?i)requirements[\w-]*dml[\w-]*\.txt", text)
+    return _make("wheel-platform", f"{name} is published for Windows only",
+                 f"{name} is {what}, and PyPI has it only as Windows wheels (win_amd64 and the like): on {os_name} "
+                 "pip finds no file of it for any Python, so changing the Python does not help",
+                 (f"{requirements.group(0)} is the Windows (DirectML) path: " if requirements else "") +
+                 f"on {os_name} install {instead} instead of {name}; keep {name} for Windows",
+                 [ctx.line_fact(line)], [line])
+
+
 @rule("wheel-platform")
 def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
-    for reading in (_thirty_two_bit_python, _tensorflow_on_windows, _tensorflow_rocm_release, _radeon_index_python, _triton_fork_on_windows,
+    for reading in (_windows_only_package, _thirty_two_bit_python, _tensorflow_on_windows, _tensorflow_rocm_release, _radeon_index_python, _triton_fork_on_windows,
                     _gpu_extra_off_linux, _jax_cuda_pieces, _conda_cpu_pair):
         found = reading(ctx)
         if found is not None:

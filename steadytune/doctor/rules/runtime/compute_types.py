@@ -81,6 +81,41 @@ def _float16_on_gtx16(ctx: Context) -> Optional[Diagnosis]:
                  "\"float32\" for full precision; faster-whisper / WhisperX: --compute_type int8)", [], said[:1])
 
 
+# the programs that bundle faster-whisper / CTranslate2 under a name of their own (Subtitle Edit's Whisper menu runs
+# Purfview's standalone Faster-Whisper-XXL; Buzz, noScribe, WhisperX, whisper-ctranslate2 load it as a library)
+_CT2_APPS = re.compile(r"(?i)subtitle ?edit|purfview|faster-whisper-xxl|whisper-standalone|\bbuzz\b|noscribe|"
+                       r"whisperx|whisper-ctranslate2|faster[-_ ]?whisper")
+# output that came back empty, in users' words (no error is printed)
+_EMPTY = re.compile(r"(?i)\b(?:empty|blank)\b.{0,30}\b(?:file|output|result|subtitle|transcri\w+|text|srt)s?\b|"
+                    r"\b(?:file|output|result|subtitle|transcri\w+|text|srt)s?\b.{0,20}\b(?:is |are |comes? (?:back |out )?)?"
+                    r"(?:empty|blank)\b|\bno (?:text|subtitles?|output|transcri\w+)\b|\bnothing (?:is )?"
+                    r"(?:transcribed|generated|produced|written)")
+
+
+def _empty_on_blackwell(ctx: Context) -> Optional[Diagnosis]:
+    """A program that runs faster-whisper on a Blackwell card returning empty text with no error: the int8 compute
+    types its default ("auto", or the app's int8 default) picks fail there (the GEMMs the int8 reading above is about;
+    CTranslate2 releases before the padding fix, built for CUDA before 12.8), and the app writes what came back,
+    nothing. Subtitle Edit#10129's reporter, an RTX 5070: --compute_type float16 gave text; so did a newer
+    faster-whisper."""
+    text = _text(ctx)
+    gpu = _blackwell(ctx, text)
+    app = _CT2_APPS.search(text)
+    if not (gpu and app):
+        return None
+    said = _lines_matching(ctx, _EMPTY)
+    if not said or _lines_matching(ctx, _NOT_SUPPORTED):
+        return None
+    return _make("precision", f"faster-whisper's int8 compute type gives no text on the {gpu} (Blackwell)",
+                 f"{app.group(0)} runs faster-whisper (CTranslate2), whose default compute type on a GPU is an int8 "
+                 f"one; the CTranslate2 it bundles runs the int8 GEMMs wrongly on the {gpu} (Blackwell, sm_120), so "
+                 "the transcription comes back empty without an error",
+                 "choose a float compute type: --compute_type float16 (Subtitle Edit: add it to the Whisper "
+                 "parameters / advanced settings; in Python WhisperModel(..., compute_type=\"float16\")); or update "
+                 "to a faster-whisper / Faster-Whisper-XXL release whose CTranslate2 supports Blackwell "
+                 "(pip install -U faster-whisper ctranslate2, CUDA 12.8 builds)", [], said[:1])
+
+
 @rule("precision")
 def ctranslate2_compute_types(ctx: Context) -> Optional[Diagnosis]:
-    return _int8_on_blackwell(ctx) or _float16_on_gtx16(ctx)
+    return _int8_on_blackwell(ctx) or _float16_on_gtx16(ctx) or _empty_on_blackwell(ctx)

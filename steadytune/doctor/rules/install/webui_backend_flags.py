@@ -1,0 +1,47 @@
+"""The launch flag that picks the GPU backend of the Stable Diffusion web UIs' AMD paths: lshqqytiger's fork
+(stable-diffusion-webui-amdgpu, once stable-diffusion-webui-directml) and SD.Next pick DirectML, ZLUDA, ROCm, IPEX or
+OpenVINO with --use-<backend>. The fork's early `--backend directml` is no longer read (its maintainer in
+stable-diffusion-webui-amdgpu#469: use --use-directml), and SD.Next's --backend chooses its pipeline (original /
+diffusers), not a device. Given the old form, no backend is selected: the CUDA torch check fails ("Torch is not able
+to use GPU") or the argument is refused, although the flag is in COMMANDLINE_ARGS."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
+
+
+# the backend named the old way: --backend directml / --backend=zluda ...
+_OLD_FORM = re.compile(r"(?i)--backend[= ]+[\"']?(directml|dml|zluda|rocm|ipex|openvino|cuda)\b")
+# the current flag for each (SD.Next's --use-<name> and the fork's own; "dml" is DirectML's short name)
+_CURRENT = {"directml": "--use-directml", "dml": "--use-directml", "zluda": "--use-zluda", "rocm": "--use-rocm",
+            "ipex": "--use-ipex", "openvino": "--use-openvino", "cuda": "--use-cuda"}
+# what the web UI says when no backend was chosen, or the argument refused
+_FAILED = re.compile(r"(?i)Torch is not able to use GPU|unrecognized arguments?:|invalid choice:|"
+                     r"Torch not compiled with CUDA|Found no NVIDIA driver|No CUDA GPUs are available|error:")
+
+
+@rule("env-not-applied")
+def webui_backend_flag(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the backend given as --backend <name> and the web UI failing its GPU check."""
+    text = _text(ctx)
+    old = _OLD_FORM.search(text)
+    if old is None:
+        return None
+    failed = _lines_matching(ctx, _FAILED)
+    if not failed:
+        return None
+    backend = old.group(1).lower()
+    flag = _CURRENT[backend]
+    windows = "webui-user.bat" if re.search(r"(?i)\.bat\b|[a-z]:\\|\bwin(?:dows)?\s*1[01]\b", text) else "webui-user.sh"
+    extra = (" (and keep AMD's HIP SDK installed for it)" if backend == "zluda" else "")
+    return _first(_make("env-not-applied", f"{old.group(0).strip()} does not select the {backend} backend",
+                        f"the AMD web UIs pick their backend with --use-<backend> flags ({flag} here); "
+                        f"{old.group(0).strip()} is the "
+                        "fork's old form (SD.Next's --backend picks its pipeline, not a device), so no backend is "
+                        "selected and the web UI falls back to its CUDA check, which an AMD GPU fails",
+                        f"launch with {flag} instead: set COMMANDLINE_ARGS={flag} in {windows} (remove --backend "
+                        f"{backend}){extra}; if the venv was made with the CUDA torch, delete the venv folder once so "
+                        "the backend's own torch is installed", [ctx.line_fact(failed[0])], failed[:1]))
