@@ -226,6 +226,12 @@ KNOWN_MISSES = {
     "https://github.com/chaiNNer-org/chaiNNer/issues/794": "the paste says only that chaiNNer uses the CPU and not the "
                                                            "RTX 2070; System32 missing from PATH comes later in the "
                                                            "thread, nothing in the paste points at it",
+    "https://github.com/tensorflow/tensorflow/issues/24828": "the fix pins one cuDNN 7 build (7.6.2.24 for CUDA 10.0) "
+                                                            "that a commenter chose later in the thread; the paste's "
+                                                            "TensorFlow 1.13 was built with cuDNN 7.4",
+    "https://github.com/openmm/openmm/issues/1233": "the paste names no OpenMM release, so the CUDA its plugin was built "
+                                                   "with (7.0 for OpenMM 6.3) cannot be read; doctor gives the family and "
+                                                   "getPluginLoadFailures()",
 }
 
 
