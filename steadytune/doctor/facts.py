@@ -528,7 +528,8 @@ def _torch(line: str):
             build = "rocm" if label.startswith("rocm") else "cuda" if label.startswith("cu") else "cpu"
             yield "torch", version, build
     if m:
-        version = next(g for g in m.groups() if g)
+        # (a wheel index's page names the torch too: "torch-1.4.0+cu101.html", not a local label "cu101.html.")
+        version = re.sub(r"(?i)(?:\.html?|\.whl)?\.*$", "", next(g for g in m.groups() if g))
         label = version.split("+", 1)[1] if "+" in version else ""
         build = "rocm" if label.startswith("rocm") else "cuda" if label.startswith("cu") else "cpu" if label == "cpu" \
             else "pypi"

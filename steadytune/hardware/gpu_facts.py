@@ -122,6 +122,10 @@ PRODUCTS: tuple[Product, ...] = (
     # the mobile Maxwell Quadros on GM107/GM108 are first-generation Maxwell, 5.0, not the desktop M-series' 5.2
     Product(r"Quadro M(?:500|600|1000|2000)M\b|Quadro M(?:520|620|1200)\b", "sm_50", source=NVIDIA_CC),
     Product(r"GTX 9[5-8]0(?!M)|GTX 9[6-8]5M|GTX 9[78]0M|GTX TITAN X\b|Tesla M(?:40|60)\b|Quadro M\d{3,4}", "sm_52", source=NVIDIA_CC),
+
+    # (a bare "TITAN X" is the Maxwell GeForce GTX TITAN X: nvidia-smi names the Pascal card "TITAN X (Pascal)")
+    Product(r"GTX 9[5-8]0(?!M)|GTX 9[6-8]5M|GTX 9[78]0M|(?:GTX )?TITAN X\b(?! ?\(Pascal\))|Tesla M(?:40|60)\b|"
+            r"Quadro M\d{3,4}", "sm_52", source=NVIDIA_CC),
     Product(r"Jetson Nano|Tegra X1", "sm_53", source=NVIDIA_CC),
     Product(r"GTX 7[45]0|GTX 9[456]0M|Quadro K[12]200|MX ?1[13]0\b", "sm_50", source=NVIDIA_CC),
     Product(r"Tesla K80|\bK80\b", "sm_37", source=NVIDIA_CC),

@@ -5,6 +5,9 @@
   device_files       /dev/kfd and /dev/dri, their groups, a KFD older than the GPU
   wsl                WSL 2 and the Windows under it
   wsl_tools          WSL 2 against ROCm's tools: amd-smi / rocm-smi there, the thunk meeting a non-AMD adapter
+  driver_features    a CUDA call the NVIDIA driver does not provide (cudaMallocAsync): the app's allocator switch
+  app_drivers        a desktop app's GPU option greyed out (its bundled CUDA torch finds no device): the driver on
+                     NVIDIA, the app's other build on AMD / Intel (a table)
   driver             the driver itself: amdgpu DKMS and kernels, the Windows AMD driver
   driver_packages    the driver's packages: two stacks colliding, rock-dkms renamed, no graphics use case,
                      rock-dkms on a kernel its release did not list

@@ -395,9 +395,19 @@ def _wsl_runtime_rejects(ctx: Context, fact: Optional[Fact]) -> Optional[Diagnos
     return None
 
 
+# the driver's libcuda not found, in the words of who loads it by name: the loader ("libcuda.so.1: cannot open shared
+# object file"), Triton ("libcuda.so cannot found!"), Rust's cudarc, which mistral.rs, candle and other Rust programs
+# load CUDA through ("Unable to find cuda lib under the names [\"cuda\", \"nvcuda\"]", from 0.12 "Unable to
+# dynamically load the \"cuda\" shared library"), a dlopen by hand ("Could not load library libcuda.so")
+_DRIVER_LIBRARY_MISSING = re.compile(r"(?i)libcuda\.so(?:\.1)?:? (?:not found|cannot (?:open|found|be found))|"
+                                     r"unable to find cuda lib under the names|unable to (?:dynamically )?load the "
+                                     r"\W?cuda\W? shared library|(?:could not|failed to|cannot|can't) (?:load|dlopen|"
+                                     r"open) (?:the )?(?:library )?libcuda\.so")
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
-    cuda_lib = _lines_matching(ctx, r"(?i)libcuda\.so(?:\.1)? not found|libcuda\.so: cannot open")
+    cuda_lib = _lines_matching(ctx, _DRIVER_LIBRARY_MISSING)
     # cuDNN 8's convolution library (libcudnn_cnn_infer) loads the driver's libcuda itself when it starts: under WSL
     # that load is what fails, and cuDNN reports it as its own library not loading
     cudnn = _lines_matching(ctx, r"(?i)(?:Could not|Unable to|cannot|can't) load (?:the )?library libcudnn_cnn_infer")

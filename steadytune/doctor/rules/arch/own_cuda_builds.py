@@ -29,7 +29,12 @@ _TORCH_EXTENSION = re.compile(r"(?i)TORCH_CUDA_ARCH_LIST|\bFORCE_CUDA\b|torch\.u
                               r"MMCV_WITH_OPS|\bmmcv(?:-full)?\b|\bdetectron2\b|\bpytorch3d\b|\bapex\b|\bspconv\b|"
                               r"\btorch[-_](?:scatter|sparse|cluster)\b|\bext_module\b|\b_ext\.\w+|\bgsplat\b|"
                               r"diff[-_]gaussian[-_]rasteri[sz]ation|\bsimple[-_]knn\b|\btinycudann\b|tiny-cuda-nn|"
-                              r"\bnvdiffrast\b|\bmamba[-_]ssm\b|\bcausal[-_]conv1d\b")
+                              r"\bnvdiffrast\b|\bmamba[-_]ssm\b|\bcausal[-_]conv1d\b|\bmish[-_]cuda\b|\bcumm\b|"
+                              # the user's word that they built it against torch ("built with pytorch 1.7, cuda 10.2",
+                              # "compiled against torch 2.1"): an extension of torch's build, whatever its name
+                              # (not a wheel "built for torch 2.1": that one came prebuilt)
+                              r"(?<!wheel )(?<!wheels )(?<!binary )\b(?:built|compiled|build|compile|installed from "
+                              r"source)\b.{0,40}\b(?:with|against|for|on) (?:py)?torch\b")
 _CMAKE = re.compile(r"(?i)\bCMakeLists\.txt\b|\bcmake\b|-DCMAKE_|CMAKE_CUDA_ARCHITECTURES")
 _CARGO = re.compile(r"(?i)\bcargo (?:build|run|install)\b|\bcandle(?:-kernels|-core)?\b|\bbindgen_cuda\b|\bcudarc\b|"
                     r"CUDA_COMPUTE_CAP|\bmistral\.?rs\b|\bmistralrs\b")

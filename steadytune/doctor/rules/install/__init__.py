@@ -54,6 +54,8 @@
   onnxruntime_cuda   onnxruntime-gpu's CUDA provider: the CUDA / cuDNN of its release (a table) or of a program's
                      bundled build, and the CUDA provider on an Intel or AMD GPU
   libraries_missing  a ROCm, CUDA or system library the loader does not find
+  spconv_builds      spconv / cumm by tensorview's own errors: the CPU-only cumm, a wheel without the GPU's
+                     kernels (spconv's per-CUDA package table)
   gpu_names          an AMD GPU's name left empty: libdrm's amdgpu.ids table missing or older than the GPU
   bundled_libraries  a library a wheel bundles (torch's cuDNN) shadowed by another copy on LD_LIBRARY_PATH
   program_runtimes   GPU runtime libraries a program loads itself: left out of its archive, the CUDA Toolkit it

@@ -234,6 +234,14 @@ def _release_wheels_for_another_torch(ctx: Context, package: Optional[str], torc
                  ". --no-build-isolation in its checkout)", evidence, errors)
 
 
+# an undefined symbol of the C++ standard library itself (std::runtime_error(const char*) is _ZNSt13runtime_errorC2EPKc,
+# std::terminate _ZSt9terminatev): the libstdc++ loaded is older than the compiler's that built the extension. Not the
+# C++11 string ABI's std::__cxx11 (a torch ABI mismatch), clang's libc++ (std::__1), nor a std template over torch's
+# types (std::vector<at::Tensor>: torch's own).
+_STD_SYMBOL = re.compile(r"undefined symbol:?\s*(_Z(?:N|NK|T[VIS])?St(?!7__cxx11)(?!3__1)(?!\w*(?:2at|3c10|5torch)\d)"
+                         r"\d+[A-Za-z_]\w*)")
+
+
 @rule("abi-mismatch")
 def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: an error line saying a compiled module cannot link to what is installed (an undefined symbol, a
@@ -258,10 +266,15 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
                      "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
                      "pip install 'numpy<2' (or upgrade the module to a release built for NumPy 2)", evidence, errors)
-    if re.search(r"GLIBCXX|CXXABI_\d", text):
+    if re.search(r"GLIBCXX|CXXABI_\d", text) or _STD_SYMBOL.search(text):
+        std = _STD_SYMBOL.search(text)
         return _make("abi-mismatch", "an older libstdc++ than the extension needs",
-                     "the process loads a libstdc++ (often conda's) older than the one the extension was built with",
-                     "conda install -c conda-forge 'libstdcxx-ng>=12' in that environment, or put the system's first: "
+                     "the process loads a libstdc++ (often conda's) older than the one the extension was built with"
+                     + (f" (the undefined {std.group(1)} is a symbol of the C++ runtime itself, not of torch: the "
+                        "libstdc++ loaded predates it)" if std else ""),
+                     "update the C++ runtime in that environment: conda install -c conda-forge 'libstdcxx-ng>=12' "
+                     "(an older Anaconda environment's own runtime package: conda install libgcc), or "
+                     "put the system's newer one first: "
                      "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libstdc++.so.6", evidence, errors)
     if re.search(r"torchvision::\w+|torchvision versions are incompatible", text):
         other_build = _companion_of_other_build(ctx, "torchvision", torch, errors)
@@ -408,7 +421,7 @@ def _cxx_string_abi(ctx: Context, package: Optional[str], text: str, torch: Opti
                  f"{name}'s binary was compiled with the {built} std::string ABI, while "
                  f"{'torch ' + torch if torch else 'the installed torch'} uses the {other} ABI (PyTorch's Linux "
                  "wheels use the C++11 ABI from 2.6's CUDA 12.6 builds and in every build from 2.7)",
-                 f"install the {pip_name} build made for {installed} and its C++ ABI (release wheels are named "
+                 f"reinstall the {pip_name} build made for {installed} and its C++ ABI (release wheels are named "
                  f"{wheel_tag} for it; python -c 'import torch; print(torch.compiled_with_cxx11_abi())' says which "
                  f"one torch has), or build {pip_name} from source against it: pip uninstall -y {pip_name}; "
                  f"pip install --no-build-isolation --no-binary {pip_name} {pip_name}; or move to a torch of the ABI "

@@ -42,3 +42,62 @@ def cuda_installed_but_not_seen(ctx: Context) -> Optional[Diagnosis]:
                  f"check it: python -c \"import torch; print(torch.__version__, torch.version.cuda)\" (+cpu and None); "
                  f"then pip uninstall -y torch torchvision torchaudio and {index}", [ctx.line_fact(said[0])], said[:1],
                  confirmed=False)
+
+
+# the user's word that the torch installed is the CPU build: "torch installed w/o gpu support", "pip pulled the
+# CPU-only torch", "installed the CPU version of pytorch"
+_CPU_TORCH_SAID = re.compile(r"(?i)\b(?:py)?torch\w*\b[^.\n]{0,40}\b(?:without|w/o|with no|lacks?|no)\s+"
+                             r"(?:gpu|cuda|nvidia)\s+support\b|"
+                             r"\bcpu[- ]only\s+(?:build\s+of\s+|version\s+of\s+)?(?:py)?torch\b|"
+                             r"\b(?:py)?torch\b[^.\n]{0,30}\bcpu[- ]only\b|\bcpu (?:version|build) of (?:py)?torch\b")
+# programs installed from PyPI that pin one torch release, which pip then takes from PyPI (the CPU build on Windows):
+# (the program as named, its pin, source)
+PINNED_TORCH = (
+    (r"chatterbox(?:-tts)?", "2.6.0", "chatterbox-tts pyproject.toml: torch==2.6.0, torchaudio==2.6.0"),
+    (r"audiocraft", "2.1.0", "audiocraft requirements.txt: torch==2.1.0"),
+)
+# the CUDA wheel labels of pytorch.org's index, oldest first, with the torch releases that have each (pytorch.org
+# get-started/previous-versions): (label, first release, last release)
+_LABELS = (("cu118", (2, 0), (2, 7)), ("cu121", (2, 1), (2, 5)), ("cu124", (2, 4), (2, 6)), ("cu126", (2, 6), (2, 9)),
+           ("cu128", (2, 7), (9, 9)))
+# the CUDA the user says the machine has ("My CUDA version is 12.5", "CUDA 12.4", nvidia-smi's "CUDA Version: 12.5")
+_CUDA_SAID = re.compile(r"(?i)\bCUDA(?:\s+version)?(?:\s+is|:)?\s+v?(1[12])\.(\d)\b")
+
+
+def index_for(cuda: Optional[tuple[int, int]], pin: Optional[str]) -> str:
+    """The pytorch.org CUDA label for the machine's CUDA and the program's torch pin: the driver's major (CUDA minor
+    version compatibility runs any 12.x wheel on a 12.x driver), below cu128 unless the driver says 12.8, and a label
+    that has the pinned release."""
+    release = tuple(int(x) for x in pin.split(".")[:2]) if pin else None
+    fits = [label for label, first, last in _LABELS
+            if (release is None or first <= release <= last)
+            and (cuda is None or (int(label[2:4]) == cuda[0] and (label != "cu128" or cuda >= (12, 8))))]
+    return fits[-1] if fits else ("cu118" if cuda and cuda[0] == 11 else "cu126")
+
+
+@rule("torch-build")
+def cpu_torch_said(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the user's word that torch came without GPU support, an NVIDIA (or no named) GPU, and no error line
+    of another family. The program's torch pin (a table) and the CUDA said pick the index."""
+    said = _lines_matching(ctx, _CPU_TORCH_SAID)
+    text = _text(ctx)
+    if not said or _vendor(ctx) == "amd" or any(e.family not in (None, "torch-build") for e in ctx.errors):
+        return None
+    if any(f.detail in ("cuda", "rocm") for f in ctx.sheet.of("torch")):
+        return None   # a GPU torch is shown: the build is right
+    program = next(((m.group(0), pin, source) for pattern, pin, source in PINNED_TORCH
+                    for m in [re.search(rf"(?i)(?<![\w-]){pattern}(?![\w-])", text)] if m), None)
+    cuda_m = _CUDA_SAID.search(text)
+    cuda = (int(cuda_m.group(1)), int(cuda_m.group(2))) if cuda_m else None
+    pin = program[1] if program else None
+    label = index_for(cuda, pin)
+    torch = f"torch=={pin} torchvision torchaudio=={pin}" if pin else "torch torchvision torchaudio"
+    where = (f" ({program[0]} pins torch {pin}: {program[2]})" if program else "")
+    return _make("torch-build", "pip installed the CPU build of torch",
+                 "pip takes torch from PyPI, whose Windows wheels (and the ones a package's pin pulls in) are the CPU "
+                 "build; the CUDA builds are on pytorch.org's own index" + where,
+                 f"pip uninstall -y torch torchvision torchaudio; pip install {torch} --index-url "
+                 f"https://download.pytorch.org/whl/{label}"
+                 + (f" (CUDA {cuda[0]}.{cuda[1]} on the machine: any CUDA {cuda[0]} build runs on its driver)" if cuda
+                    else "") + "; then python -c \"import torch; print(torch.cuda.is_available())\" must print True",
+                 [ctx.line_fact(said[0])], said[:1])

@@ -73,6 +73,24 @@ def _rocm_package_of(name: str) -> Optional[str]:
 _CUDA_WINDOWS_DLL = re.compile(r"(?i)\b(cudnn|cublas|cublasLt|cudart|cufft|curand|cusparse|nvrtc)\w*?64_(\d{1,2})\d*\w*\.dll")
 
 
+# the CUDA toolkit the user says is installed ("CUDA: 10.0", "cuda toolkit 10.1", nvcc's "release 10.0", a
+# /usr/local/cuda-10.0 path), never nvidia-smi's "CUDA Version:" (the driver's ceiling) nor a wheel's +cu100
+_TOOLKIT_SAID = re.compile(r"(?i)(?<![\w/.-])(?:CUDA(?:[ _-]?toolkit)?|CudaToolKit)(?!\s+Version:)\s*(?:version\s*)?"
+                           r"[:=]?\s*v?(\d{1,2}\.\d)\b|\bnvcc\b.{0,80}\brelease (\d{1,2}\.\d)\b|"
+                           r"Cuda compilation tools, release (\d{1,2}\.\d)\b|/usr/local/cuda-(\d{1,2}\.\d)\b")
+
+
+def _toolkit_said(ctx: Context) -> Optional[str]:
+    """The CUDA toolkit release the paste says is installed (X.Y), or None; none where two releases are said, or where
+    nothing shows a system toolkit (its /usr/local/cuda path, nvcc, the word toolkit): a CUDA said beside torch may be
+    only the one its wheel was built with."""
+    if not re.search(r"(?i)/usr/local/cuda|\bnvcc\b|\btoolkit\b", _text(ctx)):
+        return None
+    found = {next(g for g in m.groups() if g) for line in ctx.sheet.lines for m in _TOOLKIT_SAID.finditer(line)
+             if not re.search(r"(?i)CUDA Version:|CUDA used to build", line)}
+    return found.pop() if len(found) == 1 else None
+
+
 def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[str, str, str]]:
     """(title, cause, fix) for the missing libraries that are not ROCm's own runtime."""
     therock = ctx.sheet.has("layout", "therock")
@@ -151,6 +169,20 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                     f"install {_CUDA_WHEELS.get(re.sub(r'Lt$', '', cuda_lib.group(1)), 'nvidia-' + cuda_lib.group(1))}"
                     f"-cu{major}, its lib folder on LD_LIBRARY_PATH), or import torch before onnxruntime so torch's own "
                     "CUDA libraries are loaded first")
+        toolkit = _toolkit_said(ctx) if cuda_lib.group(1) != "cudnn" else None
+        # (CUDA 10 and older name the release in the soname, libcusparse.so.10.0; CUDA 11 on the major only)
+        exact = re.search(rf"lib{cuda_lib.group(1)}\w*\.so\.(\d+\.\d+)", text)
+        if toolkit and (toolkit == exact.group(1) if exact and int(major) < 11 else toolkit.split(".")[0] == major):
+            release = toolkit
+            # the toolkit of that very release is installed: the library is in its lib64, off the loader's path
+            return (f"{name} is installed but not on the loader's path", f"the program loads {name}, which the "
+                    f"CUDA {release} toolkit installed here has in /usr/local/cuda/lib64 (/usr/local/cuda-{release}/"
+                    "lib64); PATH names the toolkit's bin, but the loader searches LD_LIBRARY_PATH and ldconfig's "
+                    "folders, and an environment (conda, a venv) carries no copy of its own",
+                    f"export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH (in ~/.bashrc, or the conda "
+                    f"environment's own variables: conda env config vars set LD_LIBRARY_PATH=/usr/local/cuda/"
+                    f"lib64), or add /usr/local/cuda/lib64 to /etc/ld.so.conf.d/cuda.conf and run sudo ldconfig; "
+                    f"or link it into the environment: ln -s /usr/local/cuda/lib64/{name} $CONDA_PREFIX/lib/")
         if cuda_lib.group(1) != "cudnn" and int(major) >= 11:
             # a CUDA library, not cuDNN: its own nvidia-* wheel for that CUDA major (cublasLt is in nvidia-cublas)
             wheel = _CUDA_WHEELS.get(re.sub(r"Lt$", "", cuda_lib.group(1)), "nvidia-" + cuda_lib.group(1))

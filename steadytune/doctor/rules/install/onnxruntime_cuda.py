@@ -215,6 +215,13 @@ _PROVIDERS_WITHOUT_CUDA = re.compile(r"(?i)execution[-_ ]providers?\b.{0,40}\b(?
                                      r"appear|available|an option|options?)\b")
 
 
+# the user's word that the program stays off the GPU ("not using GPU", "refuses to run on GPU", "runs only on the CPU")
+_OFF_THE_GPU = re.compile(r"(?i)\b(?:not|never|refuses? to|won'?t|doesn'?t|does not|isn'?t|is not|can'?t|cannot)\s+"
+                          r"(?:run(?:ning)?|us(?:e|ing)|utili[sz](?:e|ing))\s+(?:on\s+|with\s+)?(?:the\s+|my\s+)?GPU\b|"
+                          r"\b(?:runs?|running|ran|stays?)\s+(?:only\s+)?on\s+(?:the\s+)?(?:slow\s+)?CPU\b|"
+                          r"\bonly\s+(?:uses?|using)\s+(?:the\s+)?CPU\b|\bfalls?\s+back\s+to\s+(?:the\s+)?CPU\b")
+
+
 @rule("torch-build")
 def ort_program_without_cuda_provider(ctx: Context) -> Optional[Diagnosis]:
     """A program built on onnxruntime (FaceFusion, roop, Deep-Live-Cam) whose execution providers offer no CUDA, on a
@@ -224,14 +231,27 @@ def ort_program_without_cuda_provider(ctx: Context) -> Optional[Diagnosis]:
     program = next(((name, how) for name, (pattern, how) in ORT_PROGRAMS.items()
                     if re.search(rf"(?i)(?<![\w-]){pattern}(?![\w-])", text)), None)
     lines = _lines_matching(ctx, _CHOICE_REFUSED) or (_lines_matching(ctx, _PROVIDERS_WITHOUT_CUDA) if program else [])
+    # the program named and said to stay off the GPU with no error line of another kind: the likely reading (a GPU
+    # torch installed beside it does not help: the program's models run in onnxruntime)
+    words = [] if lines or not program or any(e.family not in (None, "torch-build") for e in ctx.errors) else \
+        _lines_matching(ctx, _OFF_THE_GPU)
+    lines = lines or words
     if not lines or _said_vendor(ctx) in ("intel", "amd") or re.search(r"(?i)\bmac ?os\b|\bApple M\d", text):
         return None
     name, how = program or ("the program", "then pick cuda in its execution providers")
-    return _make("torch-build", f"{name}'s onnxruntime is the CPU build",
-                 f"{name} offers the execution providers its onnxruntime has; the onnxruntime installed is the CPU "
-                 "package (onnxruntime, alone or beside onnxruntime-gpu: both install the same module and the last one "
-                 "wins), which has no CUDAExecutionProvider",
-                 "pip uninstall -y onnxruntime onnxruntime-gpu (both, in the program's environment), then pip install "
-                 f"onnxruntime-gpu alone (the release the program pins; 1.19 and newer are CUDA 12 builds, 1.18 and "
-                 f"older CUDA 11.8); {how}; python -c \"import onnxruntime; print(onnxruntime.get_available_providers())"
-                 "\" must list CUDAExecutionProvider", [ctx.line_fact(lines[0])], lines[:1])
+    how_it_shows = (f"{name} runs its models in onnxruntime, which reaches the GPU only through onnxruntime-gpu's "
+                    "CUDAExecutionProvider (a CUDA torch beside it does not change that); the onnxruntime installed "
+                    "is likely" if words else
+                    f"{name} offers the execution providers its onnxruntime has; the onnxruntime installed is")
+    diagnosis = _make(
+        "torch-build", f"{name}'s onnxruntime is the CPU build",
+        f"{how_it_shows} the CPU package (onnxruntime, alone or beside onnxruntime-gpu: both install the same module "
+        "and the last one wins), which has no CUDAExecutionProvider",
+        "pip uninstall -y onnxruntime onnxruntime-gpu (both, in the program's environment), then pip install "
+        f"onnxruntime-gpu alone (the release the program pins; 1.19 and newer are CUDA 12 builds, 1.18 and older CUDA "
+        f"11.8); {how}; python -c \"import onnxruntime; print(onnxruntime.get_available_providers())\" must list "
+        "CUDAExecutionProvider", [ctx.line_fact(lines[0])], lines[:1], confirmed=not words)
+    if words:
+        # the program runs its models in onnxruntime, not torch: a torch reading of the same words comes after it
+        diagnosis.rank = family("torch-build").rank - 1
+    return diagnosis

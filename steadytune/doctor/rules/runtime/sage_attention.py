@@ -71,3 +71,53 @@ def sage_attention_too_old(ctx: Context) -> Optional[Diagnosis]:
         f"install SageAttention 2.2.0 into the app's own Python: {install}; then python -c \"import sageattention; "
         "print(sageattention.__version__)\" must not say 1.x (or run without it: the node's sage attention off, "
         "ComfyUI without --use-sage-attention)", [], said[:1]))
+
+
+# torch shown as a CUDA 12.8-or-newer build (a +cu128 tag, an image or index named for it: ComfyUI-Docker's
+# cu128-megapak, whl/cu129): its own kernels carry Blackwell's sm_120
+_TORCH_FOR_BLACKWELL = re.compile(r"(?i)(?<![\w.])cu1(?:2[89]|3\d)(?![\d.])|\+cu1(?:2[89]|3\d)\b")
+_NO_KERNEL = re.compile(r"(?i)no kernel image is available|cudaErrorNoKernelImageForDevice")
+# the nodes and apps that pick a compiled attention kernel by an option of their own: (what names them, the node or
+# app, its switch back to torch's attention). Sources: kijai's ComfyUI-WanVideoWrapper and HunyuanVideoWrapper model
+# loaders (attention_mode: sdpa, flash_attn_2 / flash_attn_3 or flash_attn_varlen, sageattn / sageattn_varlen),
+# KJNodes' PathchSageAttentionKJ node (sage_attention: disabled), ComfyUI's cli_args (--use-sage-attention,
+# --use-flash-attention; torch's own with --use-pytorch-cross-attention)
+_ATTENTION_SWITCHES = (
+    (r"WanVideo\w*", "the WanVideo wrapper",
+     "set attention_mode in the WanVideo Model Loader node to sdpa (torch's own attention; flash_attn_2 / flash_attn_3 "
+     "only where a flash-attn built for this GPU is installed) instead of sageattn"),
+    (r"HyVideo\w*|HunyuanVideo\w*Wrapper", "the HunyuanVideo wrapper",
+     "set attention_mode in the HunyuanVideo Model Loader node to sdpa (or flash_attn_varlen where a flash-attn built "
+     "for this GPU is installed) instead of sageattn_varlen"),
+    (r"Pathch?SageAttentionKJ|Patch Sage Attention", "KJNodes' Patch Sage Attention",
+     "set the Patch Sage Attention KJ node's sage_attention to disabled (or bypass the node); flash_attn or sdpa "
+     "attention then runs"),
+    (r"--use-(?:sage|flash)-attention", "ComfyUI",
+     "start ComfyUI without --use-sage-attention / --use-flash-attention (torch's own attention then runs: "
+     "--use-pytorch-cross-attention), until the package is built for this GPU"),
+)
+
+
+@rule("attention")
+def attention_kernels_without_blackwell(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: "no kernel image" on a Blackwell card under a torch shown as a CUDA 12.8+ build (so torch's own
+    kernels are there), with a node or app that runs a compiled attention kernel of its own choosing (a table) or the
+    kernel package named: that package's build lacks the card's code, and the node's switch goes back to torch's."""
+    text = _text_of(ctx)
+    failing = _lines_matching(ctx, _NO_KERNEL)
+    blackwell = any(re.fullmatch(r"sm_1[02]\d", a) for a in ctx.sheet.machine_archs) or _BLACKWELL.search(text)
+    if not failing or not blackwell or not _TORCH_FOR_BLACKWELL.search(text):
+        return None
+    switch = next(((name, how) for names, name, how in _ATTENTION_SWITCHES if re.search(names, text)), None)
+    named = re.search(r"(?i)sage-?attention|\bsageattn\w*|flash[-_]attn|\bxformers\b", text)
+    if switch is None and named is None:
+        return None
+    name, how = switch or ("the app", "turn the compiled attention off in the app (torch's own sdpa attention), "
+                                      "e.g. ComfyUI without --use-sage-attention / --use-flash-attention")
+    return _first(_make(
+        "attention", "an attention kernel package without this GPU's code",
+        f"torch here is a CUDA 12.8+ build, which carries Blackwell's kernels; the kernel without code for the card is "
+        f"a compiled attention package {name} runs (SageAttention, flash-attn or xformers wheels built before sm_120, "
+        "or for another torch)",
+        f"{how}; or install that package built for sm_120 (SageAttention 2.2.0 or a flash-attn compiled with CUDA 12.8 "
+        "and TORCH_CUDA_ARCH_LIST=\"12.0\", into the app's own Python)", [ctx.line_fact(failing[0])], failing))

@@ -1,0 +1,72 @@
+"""A CUDA runtime call the installed NVIDIA driver does not provide: cudaErrorCallRequiresNewerDriver, "API call is not
+supported in the installed CUDA driver". Torch makes such a call mostly through the stream-ordered allocator
+(cudaMallocAsync), which image apps switch on by themselves (ComfyUI's and Fooocus' launch code sets
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync on torch 2.x unless told not to) and which an old driver, or a card or
+mode where the driver offers no memory pools, refuses. The fix is the app's own switch off (a table), the variable
+cleared, or a driver new enough for the CUDA torch was built with.
+
+Sources: CUDA runtime API error codes (cudaErrorCallRequiresNewerDriver = 36); ComfyUI's cli_args
+(--disable-cuda-malloc) and cuda_malloc.py; Fooocus' args (--disable-async-cuda-allocation; lllyasviel/Fooocus#95,
+where commenting out its cuda_malloc() call fixed it); Forge's --cuda-malloc (off unless asked for); NVIDIA's CUDA toolkit release notes for the
+driver branch of each CUDA release (arch/cuda_builds._CUDA_MIN_DRIVER)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.arch.cuda_builds import _CUDA_MIN_DRIVER
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule, _text
+
+_NEWER_DRIVER_CALL = re.compile(r"(?i)API call is not supported in the installed CUDA driver|"
+                                r"cudaErrorCallRequiresNewerDriver|CUDA_ERROR_NOT_SUPPORTED.{0,80}cudaMallocAsync|"
+                                r"cudaMallocAsync.{0,80}(?:not supported|requires? a newer driver)")
+
+# (the app as a paste names it, its name, its switch that turns the async allocator off); an app that turns it on by
+# default first, Forge (off unless --cuda-malloc is given) last
+_ALLOCATOR_SWITCHES = (
+    (r"(?i)\bFooocus\b|entry_with_update\.py", "Fooocus", "start it with --disable-async-cuda-allocation (python "
+     "entry_with_update.py --disable-async-cuda-allocation; in run.bat after the script name)"),
+    (r"(?i)\bSwarm\s?UI\b", "SwarmUI's ComfyUI backend", "add --disable-cuda-malloc to the backend's ExtraArgs "
+     "(Server > Backends)"),
+    (r"(?i)\bComfy\s?UI\b|comfy[/\\]|python_embeded|main\.py --", "ComfyUI", "start it with --disable-cuda-malloc "
+     "(python main.py --disable-cuda-malloc; the portable package: add it to run_nvidia_gpu.bat)"),
+    (r"(?i)stable-diffusion-webui-forge|\bForge\b", "Forge", "remove --cuda-malloc from COMMANDLINE_ARGS in "
+     "webui-user.bat / webui-user.sh"),
+)
+
+
+def _torch_cuda(ctx: Context) -> Optional[tuple[int, int]]:
+    """The CUDA torch was built with (+cu117, torch2.0.1+cu117), as (major, minor)."""
+    m = re.search(r"\+cu(\d{1,2})(\d)\b", _text(ctx))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@rule("driver")
+def call_the_driver_lacks(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the runtime's "API call is not supported in the installed CUDA driver" (or cudaMallocAsync refused)
+    on an NVIDIA stack. The app named picks its own allocator switch; torch's CUDA picks the driver branch."""
+    said = _lines_matching(ctx, _NEWER_DRIVER_CALL)
+    if not said:
+        return None
+    text = _text(ctx)
+    app = next(((name, switch) for names, name, switch in _ALLOCATOR_SWITCHES if re.search(names, text)), None)
+    cuda = _torch_cuda(ctx)
+    branch = _CUDA_MIN_DRIVER.get(cuda) if cuda else None
+    driver = (f"update the NVIDIA driver to the {branch} branch or newer (torch's CUDA {cuda[0]}.{cuda[1]} build "
+              "needs it; the newest Game Ready / Studio driver for the card is safest)" if branch else
+              "update the NVIDIA driver to the newest release for the card")
+    if app:
+        name, switch = app
+        allocator = (f"{name} turns on torch's asynchronous allocator (cudaMallocAsync), a call this driver does not "
+                     f"provide: {switch}")
+    else:
+        allocator = ("turn torch's asynchronous allocator (cudaMallocAsync) off: remove backend:cudaMallocAsync from "
+                     "PYTORCH_CUDA_ALLOC_CONF (unset it, or PYTORCH_CUDA_ALLOC_CONF=backend:native); an image app "
+                     "sets it by itself: ComfyUI --disable-cuda-malloc, Fooocus --disable-async-cuda-allocation")
+    # (it leads: the runtime's own code names the cause, where the driver family's general reading guesses)
+    return _first(_make("driver", "a CUDA call the installed driver does not provide",
+                 "the CUDA runtime asked the driver for a call it does not have (cudaErrorCallRequiresNewerDriver): "
+                 "the driver is older than the runtime's feature, most often the asynchronous memory allocator "
+                 "(cudaMallocAsync) that image apps switch on",
+                 f"{allocator}; or {driver}", [ctx.line_fact(said[0])], said))
