@@ -121,8 +121,6 @@ PRODUCTS: tuple[Product, ...] = (
             source=NVIDIA_CC),
     # the mobile Maxwell Quadros on GM107/GM108 are first-generation Maxwell, 5.0, not the desktop M-series' 5.2
     Product(r"Quadro M(?:500|600|1000|2000)M\b|Quadro M(?:520|620|1200)\b", "sm_50", source=NVIDIA_CC),
-    Product(r"GTX 9[5-8]0(?!M)|GTX 9[6-8]5M|GTX 9[78]0M|GTX TITAN X\b|Tesla M(?:40|60)\b|Quadro M\d{3,4}", "sm_52", source=NVIDIA_CC),
-
     # (a bare "TITAN X" is the Maxwell GeForce GTX TITAN X: nvidia-smi names the Pascal card "TITAN X (Pascal)")
     Product(r"GTX 9[5-8]0(?!M)|GTX 9[6-8]5M|GTX 9[78]0M|(?:GTX )?TITAN X\b(?! ?\(Pascal\))|Tesla M(?:40|60)\b|"
             r"Quadro M\d{3,4}", "sm_52", source=NVIDIA_CC),

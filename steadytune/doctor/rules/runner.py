@@ -115,7 +115,6 @@ import steadytune.doctor.rules.install.dgl_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmm_platforms  # noqa: E402,F401
-
 import steadytune.doctor.rules.install.spconv_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401
