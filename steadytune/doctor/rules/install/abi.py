@@ -266,7 +266,9 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
         return _make("abi-mismatch", "a module built for NumPy 1.x under NumPy 2",
                      "the extension was compiled against NumPy 1.x; NumPy 2 changed the ABI",
                      "pip install 'numpy<2' (or upgrade the module to a release built for NumPy 2)", evidence, errors)
-    if re.search(r"GLIBCXX|CXXABI_\d", text) or _STD_SYMBOL.search(text):
+    # (a C++ runtime symbol missing from an extension the user built, an .egg of setup.py install, is that build's: the
+    # package's own pre-built release below, not the runtime)
+    if re.search(r"GLIBCXX|CXXABI_\d", text) or (_STD_SYMBOL.search(text) and not re.search(r"\.egg[/\\]", text)):
         std = _STD_SYMBOL.search(text)
         return _make("abi-mismatch", "an older libstdc++ than the extension needs",
                      "the process loads a libstdc++ (often conda's) older than the one the extension was built with"
