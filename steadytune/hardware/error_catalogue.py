@@ -42,6 +42,7 @@ class Entry:
     severity: str
     family: str                         # the cause family doctor's rules file it under (doctor/error_classes.yaml)
     context: Optional[str] = None
+    own: bool = False                   # `answer: own`: its own cause and fix settle the line; the family's rules leave it
 
 
 @dataclass
@@ -80,9 +81,11 @@ def load_catalogue(path: Optional[Path] = None) -> tuple[Entry, ...]:
     for item, patterns in read_pattern_entries(path or CATALOGUE, "id", FIELDS, "match", CatalogueError):
         if item["severity"] not in SEVERITIES or item.get("context") not in (None, *CONTEXTS):
             raise CatalogueError(f"entry {item['id']}: severity {item['severity']!r} / context {item.get('context')!r}")
+        if item.get("answer") not in (None, "own"):
+            raise CatalogueError(f"entry {item['id']}: answer {item.get('answer')!r} (only 'own')")
         entries.append(Entry(item["id"], item["title"], patterns, str(item["example"]), str(item["source"]),
                              str(item["cause"]), str(item["fix"]), item["severity"], str(item["family"]),
-                             item.get("context")))
+                             item.get("context"), item.get("answer") == "own"))
     return tuple(entries)
 
 

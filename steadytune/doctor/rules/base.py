@@ -57,7 +57,9 @@ class Context:
     errors: list[ErrorLine]
 
     def of(self, *families: str) -> list[ErrorLine]:
-        return [e for e in self.errors if e.family in families]
+        # a line whose catalogue entry answers it by itself (`answer: own`: a message that settles its cause, such as
+        # the CUDA stack's own wordings) is left to that entry's cause and fix, not to the family's general rules
+        return [e for e in self.errors if e.family in families and not (e.catalogue and e.catalogue.entry.own)]
 
     def crashes(self) -> list[ErrorLine]:
         return [e for e in self.errors if _CRASH.search(e.line)]

@@ -121,6 +121,8 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
 # a runtime that names the GPU backend it lacks: onnxruntime's execution provider, jax/XLA's platform. The backend says
 # which build is wanted (ROCm/MIGraphX -> AMD's, CUDA/TensorRT -> NVIDIA's, DirectML -> Windows'), whatever else the
 # paste says about the machine
+_CUDA_BUILD_NO_DRIVER = re.compile(r"Found no NVIDIA driver on your system")
+
 _NO_PROVIDER = re.compile(r"(?i)(?:provider )?'?(\w+?)ExecutionProvider'? is not in available provider|no (ROCm) provider "
                           r"available")
 _NO_BACKEND = re.compile(r"(?i)(?:Unable to initialize backend '|Backend ')(rocm|cuda|gpu)'|registered platform with name: .?(rocm|cuda)")
@@ -451,6 +453,27 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "install pytorch torchvision pytorch-cuda=<12.1|11.8> -c pytorch -c nvidia (older: cudatoolkit="
                      "<ver> -c pytorch; the CPU build also comes with cpuonly), or pip install torch --index-url "
                      "https://download.pytorch.org/whl/cu128", evidence, errors + ctx.of("visibility"),
+                     confirmed=not unsure)
+    # "Found no NVIDIA driver" is torch's CUDA build speaking (a CPU build says "Torch not compiled with CUDA
+    # enabled"): the build is the CUDA one, and what it lacks is the driver (or, on an AMD GPU, it is the wrong build)
+    no_driver = [e for e in errors if _CUDA_BUILD_NO_DRIVER.search(e.line)]
+    if (no_driver and len(no_driver) == len(errors) and not any(f.detail == "cpu" for f in builds)
+            and vendor in ("nvidia", None) and "macos" not in machine_kinds(False, None, joined)):
+        driver_fix = ("install the NVIDIA driver for this GPU and reboot (sudo ubuntu-drivers install, or NVIDIA's "
+                      "installer; Windows: the GeForce / Studio driver): nvidia-smi must list the GPU; in a container "
+                      "start it with --gpus all (the NVIDIA Container Toolkit on the host); under WSL 2 install only the "
+                      "Windows driver, never a Linux one inside")
+        if vendor == "nvidia":
+            return _make("driver", "torch's CUDA build finds no NVIDIA driver",
+                         "the installed torch is the CUDA build, and no NVIDIA driver answers on this machine (none "
+                         "installed, the kernel module not loaded, or a container started without the GPU)",
+                         driver_fix, evidence, errors + ctx.no_gpu(), confirmed=not unsure)
+        return _make("torch-build", "torch's CUDA build finds no NVIDIA driver",
+                     "the installed torch is the CUDA build (a CPU build says \"Torch not compiled with CUDA enabled\" "
+                     "instead) and it finds no NVIDIA driver: either the driver is missing or this is not an NVIDIA GPU",
+                     "with an NVIDIA GPU: " + driver_fix + "; with an AMD GPU: pip uninstall -y torch torchvision "
+                     "torchaudio; pip install torch torchvision torchaudio --index-url "
+                     "https://download.pytorch.org/whl/rocm7.2 (Linux)", evidence, errors + ctx.no_gpu(),
                      confirmed=not unsure)
     if vendor == "nvidia":
         return _make("torch-build", "a torch without CUDA on an NVIDIA GPU",
