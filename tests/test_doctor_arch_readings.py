@@ -229,7 +229,7 @@ def test_a_crash_or_failure_said_in_another_language_reads_the_same(paste):
 
 
 # how each tool in the table shows itself in a paste (its import, its command, its log)
-_TOOL_WORDS = {"xformers": "xformers 0.0.28", "flash-attn": "import flash_attn", "bitsandbytes": "bitsandbytes 0.45.0",
+_TOOL_WORDS = {"xformers": "xformers 0.0.28", "gsplat": "import gsplat", "flash-attn": "import flash_attn", "bitsandbytes": "bitsandbytes 0.45.0",
                "llama.cpp": "llama-server -m model.gguf", "llama-cpp-python": "from llama_cpp import Llama",
                "koboldcpp": "koboldcpp 1.80", "lmstudio": "LM Studio 0.3.9", "ollama": "ollama 0.5.7",
                "vllm": "vllm serve model", "sglang": "python -m sglang.launch_server", "deepspeed": "deepspeed fused_adam",

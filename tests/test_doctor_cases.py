@@ -232,6 +232,12 @@ KNOWN_MISSES = {
     "https://github.com/openmm/openmm/issues/1233": "the paste names no OpenMM release, so the CUDA its plugin was built "
                                                    "with (7.0 for OpenMM 6.3) cannot be read; doctor gives the family and "
                                                    "getPluginLoadFailures()",
+    "https://github.com/ototadana/sd-face-editor/issues/170": "the paste shows CUDA 12.3 and no onnxruntime release; "
+                                                             "CUDA 12.3 meets onnxruntime's CUDA 12 builds, and 12.1 is "
+                                                             "only the release the reporter happened to install",
+    "https://github.com/rusty1s/pytorch_scatter/issues/186": "the paste already uses the wheel index of its torch "
+                                                            "1.4.0+cu101; the move to torch 1.7 was the reporter's own "
+                                                            "choice later in the thread",
 }
 
 

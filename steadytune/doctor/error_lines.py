@@ -149,6 +149,8 @@ def find_errors(lines: list[str], matches: Optional[list[Match]] = None) -> list
             continue
         if match is not None:
             family_name: Optional[str] = match.entry.family
+            if match.entry.symptom:   # a generic symptom sets no family: the line's own wording (and the rules) decide
+                family_name = classify_line(line)
         elif line == NOT_READ or not line.strip() or _NOT_ERRORS.search(line) or len(line.strip()) > 2000:
             continue
         else:

@@ -43,6 +43,7 @@ class Entry:
     family: str                         # the cause family doctor's rules file it under (doctor/error_classes.yaml)
     context: Optional[str] = None
     own: bool = False                   # `answer: own`: its own cause and fix settle the line; the family's rules leave it
+    symptom: bool = False               # `answer: symptom`: a generic symptom; its fix is the next step, never a settled cause
 
 
 @dataclass
@@ -81,11 +82,11 @@ def load_catalogue(path: Optional[Path] = None) -> tuple[Entry, ...]:
     for item, patterns in read_pattern_entries(path or CATALOGUE, "id", FIELDS, "match", CatalogueError):
         if item["severity"] not in SEVERITIES or item.get("context") not in (None, *CONTEXTS):
             raise CatalogueError(f"entry {item['id']}: severity {item['severity']!r} / context {item.get('context')!r}")
-        if item.get("answer") not in (None, "own"):
-            raise CatalogueError(f"entry {item['id']}: answer {item.get('answer')!r} (only 'own')")
+        if item.get("answer") not in (None, "own", "symptom"):
+            raise CatalogueError(f"entry {item['id']}: answer {item.get('answer')!r} (only 'own' or 'symptom')")
         entries.append(Entry(item["id"], item["title"], patterns, str(item["example"]), str(item["source"]),
                              str(item["cause"]), str(item["fix"]), item["severity"], str(item["family"]),
-                             item.get("context"), item.get("answer") == "own"))
+                             item.get("context"), item.get("answer") == "own", item.get("answer") == "symptom"))
     return tuple(entries)
 
 

@@ -128,8 +128,9 @@ def _catalogue(errors: list[ErrorLine]) -> Optional[ErrorLine]:
 def _restate(name: str, hit: ErrorLine, covers: list[ErrorLine]) -> Diagnosis:
     """The catalogue entry that matched, as a diagnosis (its cause and fix are already made for the machine)."""
     m = hit.catalogue
+    # (a generic symptom, `answer: symptom`, is where the next step starts: never a settled cause)
     diagnosis = _make(name, m.entry.title, m.cause, m.fix, [Fact("error", name, hit.line_no, hit.line)], covers,
-                      severity=m.entry.severity)
+                      severity=m.entry.severity, confirmed=not m.entry.symptom)
     diagnosis.entry = m.entry.id
     return diagnosis
 

@@ -404,7 +404,7 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
         return None   # the node opened and KFD refused the process's GPU VM: the GPU, not the groups (arch/kfd_process_vm)
     errors = ctx.of("device-access")
     if any(re.search(r"ROCk module is NOT loaded|amdgpu not found in modules", e.line) for e in ctx.of("driver")):
-        errors = [e for e in errors if not re.search(r"OUT_OF_RESOURCES", e.line)]
+        errors = [e for e in errors if not re.search(r"OUT_OF_RESOURCES|hsa api call failure", e.line)]
     lacking = _groups_lacking(ctx)
     if lacking and not errors:
         errors = ctx.of("visibility") + ctx.no_gpu()

@@ -140,6 +140,8 @@ def intel_gpu_under_cuda(ctx: Context) -> Optional[Diagnosis]:
     route = next((fix for tool, fix in _INTEL_ROUTES if re.search(tool, text)), "")
     if not said or ctx.sheet.of("gpu") or not (_CUDA_OR_ROCM.search(text) or route) or _INTEL_TORCH.search(text):
         return None   # a torch XPU build already in use is past this reading (its driver's, access/driver_mismatches)
+    if re.search(r"(?i)\bonnxruntime\b|CUDAExecutionProvider", text):
+        return None   # onnxruntime has builds for Intel GPUs (OpenVINO, DirectML): install/onnxruntime_cuda.py says which
     trouble = ctx.errors or ctx.no_gpu() or ctx.sheet.has("complaint", "yes") or \
         re.search(r"(?i)\?|\bFalse\b|not (?:yet )?(?:detected|found|used|work|supported|implemented)|doesn't|does not|"
                   r"don't|can't|cannot|\bstop(?:s|ped|ping)?\b|不支持|用不了|找不到", text)

@@ -109,7 +109,8 @@ def attention_kernels_without_blackwell(ctx: Context) -> Optional[Diagnosis]:
     if not failing or not blackwell or not _TORCH_FOR_BLACKWELL.search(text):
         return None
     switch = next(((name, how) for names, name, how in _ATTENTION_SWITCHES if re.search(names, text)), None)
-    named = re.search(r"(?i)sage-?attention|\bsageattn\w*|flash[-_]attn|\bxformers\b", text)
+    # (flash-attn or xFormers alone, with no node choosing them, keep their own build's remedy: arch_builds.yaml)
+    named = re.search(r"(?i)sage-?attention|\bsageattn\w*", text)
     if switch is None and named is None:
         return None
     name, how = switch or ("the app", "turn the compiled attention off in the app (torch's own sdpa attention), "
