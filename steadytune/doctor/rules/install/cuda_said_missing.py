@@ -10,6 +10,7 @@ from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _cuda_index_for_driver, _lines_matching, _make, _text, \
     _vendor, rule
+from steadytune.doctor.rules.install.torch_cuda import torch_releases_of
 
 # CUDA said to be there: "有CUDA环境", "装了CUDA 11.8", "CUDA 12.4 is installed", "I have CUDA 12.1"
 _CUDA_PRESENT = re.compile(r"(?i)有\s*cuda|(?:装了|安装了)\s*cuda|cuda\s*(?:环境|已(?:经)?安装)|\bi (?:have|installed|"
@@ -56,10 +57,9 @@ PINNED_TORCH = (
     (r"chatterbox(?:-tts)?", "2.6.0", "chatterbox-tts pyproject.toml: torch==2.6.0, torchaudio==2.6.0"),
     (r"audiocraft", "2.1.0", "audiocraft requirements.txt: torch==2.1.0"),
 )
-# the CUDA wheel labels of pytorch.org's index, oldest first, with the torch releases that have each (pytorch.org
-# get-started/previous-versions): (label, first release, last release)
-_LABELS = (("cu118", (2, 0), (2, 7)), ("cu121", (2, 1), (2, 5)), ("cu124", (2, 4), (2, 6)), ("cu126", (2, 6), (2, 9)),
-           ("cu128", (2, 7), (9, 9)))
+# the CUDA wheel labels of pytorch.org's index this reading offers, oldest first, with the torch releases that have each
+# (one table: torch_cuda's, from pytorch.org get-started/previous-versions): (label, first release, last release)
+_LABELS = tuple((label, *torch_releases_of(label)) for label in ("cu118", "cu121", "cu124", "cu126", "cu128"))
 # the CUDA the user says the machine has ("My CUDA version is 12.5", "CUDA 12.4", nvidia-smi's "CUDA Version: 12.5")
 _CUDA_SAID = re.compile(r"(?i)\bCUDA(?:\s+version)?(?:\s+is|:)?\s+v?(1[12])\.(\d)\b")
 

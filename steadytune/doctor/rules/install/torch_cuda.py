@@ -22,6 +22,15 @@ _TORCH_RELEASES_OF = {"cu110": "1.7", "cu111": "1.8-1.10", "cu113": "1.10-1.12",
                       "cu117": "1.13-2.0", "cu118": "2.0-2.7", "cu121": "2.1-2.5", "cu124": "2.4-2.6",
                       "cu126": "2.6-2.9", "cu128": "2.7 and newer", "cu129": "2.8", "cu130": "2.9 and newer"}
 
+
+
+def torch_releases_of(label: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The first and last torch release (major, minor) that pytorch.org's `label` index has ("and newer": open)."""
+    first, _, last = _TORCH_RELEASES_OF[label].replace(" and newer", "-99.99").partition("-")
+    start = tuple(int(x) for x in first.split("."))
+    return start, tuple(int(x) for x in last.split(".")) if last else start
+
+
 _NOT_COMPATIBLE = re.compile(r"with CUDA capability sm_(\d+) is not compatible with the current PyTorch installation")
 def _label_for(cuda: tuple[int, int]) -> str:
     """The oldest pytorch.org CUDA label at or past `cuda` (cu118 for Ampere and Ada, cu128 for Blackwell)."""
