@@ -56,7 +56,7 @@ def _conda_pair(major: int, minor: int, last: str, known: Optional[str]) -> str:
     other = ("" if cuda == "12.1" or (major, minor) < (2, 1) else
              f" (th{major}{minor}_cu121 with pytorch-cuda=12.1 on a driver for CUDA 12)")
     return (f"; or a clean conda environment with the pair DGL builds together: conda create -n dgl python=3.10; "
-            f"conda install pytorch=={last} pytorch-cuda={cuda} -c pytorch -c nvidia; conda install -c "
+            f"conda install pytorch={last} pytorch-cuda={cuda} -c pytorch -c nvidia; conda install -c "
             f"dglteam/label/{tag} dgl{other}")
 
 
