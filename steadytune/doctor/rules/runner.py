@@ -41,6 +41,9 @@ import steadytune.doctor.rules.arch.framework_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.arch.nvrtc_targets  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tinygrad_backends  # noqa: E402,F401
 import steadytune.doctor.rules.arch.op_floors  # noqa: E402,F401
+import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401
+# Paddle's builds: its own messages name the build to take
+import steadytune.doctor.rules.install.paddle_builds  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
@@ -99,6 +102,7 @@ import steadytune.doctor.rules.install.nvcc_mix  # noqa: E402,F401
 import steadytune.doctor.rules.install.os_release  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightly_regression  # noqa: E402,F401
 import steadytune.doctor.rules.install.build_isolation  # noqa: E402,F401
+import steadytune.doctor.rules.install.shadowed_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.abi  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensile_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.hip_sdk_found  # noqa: E402,F401
@@ -112,9 +116,11 @@ import steadytune.doctor.rules.install.cudnn_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.cudnn_windows  # noqa: E402,F401
 import steadytune.doctor.rules.install.onnxruntime_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.dgl_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.pyg_wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmm_platforms  # noqa: E402,F401
+import steadytune.doctor.rules.install.colmap_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.spconv_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401

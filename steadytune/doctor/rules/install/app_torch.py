@@ -67,6 +67,9 @@ APPS = (
         "Paints-UNDO#6: torch 2.3.0 and xformers from the cu121 index (the xformers of its install pins torch 2.3.0)"),
     App("IC-Light", r"(?i)\bIC-?Light\b", "", "", "", "cu121", "", "IC-Light README: torch from whl/cu121"),
     App("Omost", r"(?i)\bOmost\b", "", "", "", "cu121", "", "Omost README: torch from whl/cu121"),
+    App("fish-speech", r"(?i)\bfish[-_ ]?speech\b|\bfishenv\b", "", r"fishenv\env\python.exe", "", "cu121", "2.3.1",
+        "fish-speech install_env.bat (stable): torch==2.3.1, torchvision==0.18.1, torchaudio==2.3.1 from whl/cu121 "
+        "into fishenv\\env"),
     App("FramePack", r"(?i)\bFramePack\b", "", "", "", "cu126", "", "FramePack README: torch from whl/cu126"),
     # (a manual ComfyUI install runs on whatever Python the user made for it: no path of its own to name)
     App("ComfyUI", r"(?i)\bComfy\s?UI\b", "", "", "", "", "",

@@ -27,20 +27,26 @@ _CUDNN_DLL = re.compile(r"(?i)\b(cudnn(?:_(\w+?))?64_([89]))\.dll\b")
 _NOT_LOADED = re.compile(r"(?i)could not (?:locate|load|find)|cannot (?:load|find)|not (?:be )?found|error code 126|"
                          r"WinError 126|is not in your library path|make sure .{0,40} in your library path")
 # the user's cuDNN release ("cudnn ver 9.70", "cuDNN 9.7.0", "CUDNN：8.9.1") or the installer's folder (CUDNN\v9.7)
-_CUDNN_SAID = re.compile(r"(?i)\bcudnn\s*(?:ver(?:sion)?\.?)?\s*[:：=]?\s*v?([89])\.(\d{1,2})\b|\bCUDNN[\\/]+v([89])\.(\d{1,2})\b")
+_CUDNN_SAID = re.compile(r"(?i)\bcudnn\s*(?:ver(?:sion)?\.?)?\s*[:：=]?\s*v?([89])\.(\d{1,2})\b|\bCUDNN[\\/]+v([89])\.(\d{1,2})\b|"
+                         r"\bcudnn-windows-x86_64-([89])\.(\d{1,2})\.")   # NVIDIA's archive name, cudnn-windows-x86_64-8.6.0.163_cuda11-archive
 _CUDA_SAID = re.compile(r"(?i)\bcuda(?:\s*toolkit)?\s*(?:ver(?:sion)?\.?)?\s*[:：=]?\s*v?(1[1-3])\.(\d)\b")
 # the user's word that the DLL (or its folder) is there or on PATH
 _IS_THERE = re.compile(r"(?i)\b(?:directory|folder|path)\b.{0,30}\b(?:is there|exists?|is (?:set|added|in))|\bin (?:my |the )?"
                        r"(?:system )?(?:PATH|environment variables)\b|\badded\b.{0,40}\bto (?:the )?PATH\b|\b(?:is|are) "
                        r"(?:there|present|installed)\b|\bcudnn\b.{0,20}\binstalled\b")
 _ZLIB_MISSING = re.compile(r"(?i)zlibwapi\.dll")
+# a crash said to happen inside a cuDNN 8 DLL that did load ("the error occurs in cudnn64_8.dll", 报错出现在cudnn64_8.dll里面,
+# "exception in cudnn_cnn_infer64_8.dll"): cuDNN 8.3+ calling into the zlibwapi.dll Windows does not have
+_CRASH_IN_CUDNN8 = re.compile(r"(?i)(?:异常|exception|crash\w*|崩溃|报错|fault\w*|error (?:occurs?|happens?|is) (?:in|inside))"
+                              r"[^\n]{0,20}(?<![A-Za-z0-9_])cudnn\w*64_8\.dll|(?<![A-Za-z0-9_])cudnn\w*64_8\.dll[^\n]{0,12}(?:异常|exception|crash|"
+                              r"崩溃|里面|fault)")
 
 
 def _cudnn_minor(text: str, major: str) -> Optional[int]:
     """The cuDNN minor the user names for this major; "9.70" (a user's 9.7.0) reads as 7."""
     for m in _CUDNN_SAID.finditer(text):
-        if (m.group(1) or m.group(3)) == major:
-            minor = m.group(2) or m.group(4)
+        if (m.group(1) or m.group(3) or m.group(5)) == major:
+            minor = m.group(2) or m.group(4) or m.group(6)
             return int(minor[0]) if len(minor) == 2 and minor.endswith("0") and int(minor) >= 30 else int(minor)
     return None
 
@@ -52,6 +58,11 @@ def cudnn_installed_but_not_loaded(ctx: Context) -> Optional[Diagnosis]:
     failing = [e for e in _lines_matching(ctx, _CUDNN_DLL) if _NOT_LOADED.search(e.line)]
     if zlib and _NOT_LOADED.search(" ".join(e.line for e in zlib)):
         return _zlib(ctx, zlib[:1], None)
+    crashed = _lines_matching(ctx, _CRASH_IN_CUDNN8)
+    if crashed and not failing:
+        minor = _cudnn_minor(text, "8")
+        # only where the user's cuDNN is 8.3 or newer (before 8.3 cuDNN needed no zlib)
+        return _zlib(ctx, crashed[:1], None) if minor is not None and minor >= 3 else None
     if not failing:
         return None
     m = _CUDNN_DLL.search(failing[0].line)

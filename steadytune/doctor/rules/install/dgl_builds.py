@@ -46,6 +46,20 @@ def _torch(text: str) -> Optional[tuple[int, int, Optional[int]]]:
     return None
 
 
+def _conda_pair(major: int, minor: int, last: str, known: Optional[str]) -> str:
+    """The conda route DGL's install page gives from DGL 2.0: a clean environment with torch from the pytorch channel
+    (pytorch-cuda=X.Y picks its CUDA) and DGL from its channel's label for that pair, th<torch>_cu<CUDA>
+    (dglteam/label/th21_cu118). CUDA 11.8 has a label for every torch in the table (and runs on older drivers);
+    12.1 from torch 2.1."""
+    cuda = "12.1" if known == "cu121" and (major, minor) >= (2, 1) else "11.8"
+    tag = f"th{major}{minor}_cu{cuda.replace('.', '')}"
+    other = ("" if cuda == "12.1" or (major, minor) < (2, 1) else
+             f" (th{major}{minor}_cu121 with pytorch-cuda=12.1 on a driver for CUDA 12)")
+    return (f"; or a clean conda environment with the pair DGL builds together: conda create -n dgl python=3.10; "
+            f"conda install pytorch={last} pytorch-cuda={cuda} -c pytorch -c nvidia; conda install -c "
+            f"dglteam/label/{tag} dgl{other}")
+
+
 @rule("abi-mismatch")
 def dgl_library_for_this_torch_missing(ctx: Context) -> Optional[Diagnosis]:
     """DGL's GraphBolt / sparse library for the installed torch release is missing: DGL has no build for it."""
@@ -72,7 +86,8 @@ def dgl_library_for_this_torch_missing(ctx: Context) -> Optional[Diagnosis]:
         back = (f"; or go back to torch {before[1].rsplit('.', 1)[0]} (torch=={before[1]}), which the DGL before "
                 f"{first} was built for" if before else "")
         fix = (f"install a DGL built for torch {major}.{minor} (DGL {first} or newer, up to torch {last}): pip install "
-               f"--force-reinstall dgl -f https://data.dgl.ai/wheels/torch-{major}.{minor}/{label}/repo.html{back}")
+               f"--force-reinstall dgl -f https://data.dgl.ai/wheels/torch-{major}.{minor}/{label}/repo.html{back}"
+               + _conda_pair(major, minor, last, _cuda_label(ctx) or (plus.group(1).lower() if plus else None)))
     return _make("abi-mismatch", f"this DGL has no GraphBolt/sparse library for torch {said}",
                  f"DGL builds its GraphBolt and sparse libraries once per torch release (libgraphbolt_pytorch_<torch>."
                  f"so); the installed DGL has none for torch {said}, so it was built for other torch releases",

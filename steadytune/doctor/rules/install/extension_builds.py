@@ -43,6 +43,37 @@ _BUILDS = (
 _MISSING = re.compile(r"No module named '?([\w.]+)'?|cannot import name '?_C'? from '?([\w.]+)")
 
 
+# mmcv's packages (its install guide): in 1.x the plain `mmcv` is the lite package without ops and `mmcv-full` the one
+# with its compiled ops; from 2.0 `mmcv` carries the ops and `mmcv-lite` does not. So mmcv._ext missing where no source
+# build of mmcv is shown is the package without ops, not a toolkit missing at build time
+_MMCV_SOURCE_BUILD = re.compile(r"(?i)MMCV_WITH_OPS|setup\.py (?:develop|install|build)|pip install (?:-e )?\.|"
+                                r"building (?:wheel|extension)s? for mmcv|mmcv[\w-]*\.tar\.gz|git\+\S*mmcv")
+_MMCV_VERSION = re.compile(r"(?i)(?<![\w-])mmcv(-full|-lite)?(?:\s{0,3}(?:==|:|-)\s{0,3}|[ \t]{1,30}|\s+version\s+)v?(\d+)\.(\d+)")
+
+
+@rule("torch-build")
+def mmcv_without_ops(ctx: Context) -> Optional[Diagnosis]:
+    lines = [l for l in _lines_matching(ctx, _MISSING) if re.search(r"mmcv\._ext", l.line)]
+    text = "\n".join(ctx.sheet.lines)
+    if not lines or _MMCV_SOURCE_BUILD.search(text):
+        return None
+    shown = _MMCV_VERSION.search(text)
+    major = int(shown.group(2)) if shown else None
+    if major is not None and major >= 2:
+        package, fix = ("mmcv-lite" if shown.group(1) == "-lite" else "mmcv 2.x built without ops",
+                        "pip uninstall -y mmcv-lite mmcv; pip install -U openmim; mim install \"mmcv>=2.0.0\" (the "
+                        "prebuilt mmcv with ops for this torch and CUDA)")
+    else:
+        package = "mmcv 1.x's plain mmcv package (the lite one)"
+        fix = ("pip uninstall -y mmcv; then install mmcv-full, the 1.x package with the compiled ops, prebuilt for this "
+               "torch and CUDA: pip install -U openmim; mim install mmcv-full (or pip install mmcv-full -f "
+               "https://download.openmmlab.com/mmcv/dist/cu<CUDA>/torch<X.Y>/index.html); an mmdetection 3.x or "
+               "newer wants mmcv>=2.0.0 instead, where the package named mmcv carries the ops")
+    return _make("torch-build", "mmcv is installed without its compiled ops (mmcv._ext)",
+                 f"mmcv._ext is mmcv's compiled ops module; {package} does not ship it, so every model using its ops "
+                 "fails at import", fix, [ctx.line_fact(lines[0])], lines[:1])
+
+
 @rule("rocm-libs-missing")
 def extension_never_built(ctx: Context) -> Optional[Diagnosis]:
     """The compiled module of a package that builds its CUDA kernels only where the toolkit is: missing at import."""
@@ -50,8 +81,8 @@ def extension_never_built(ctx: Context) -> Optional[Diagnosis]:
         m = _MISSING.search(line.line)
         name = m.group(1) or f"{m.group(2)}._C"
         row = next((r for r in _BUILDS if re.fullmatch(r.module, name)), None)
-        if row is None:
-            continue
+        if row is None or (row.package == "mmcv" and not _MMCV_SOURCE_BUILD.search("\n".join(ctx.sheet.lines))):
+            continue   # (mmcv without a source build shown: mmcv_without_ops' reading)
         torch = [f.value.split("+cu", 1)[1] for f in ctx.sheet.of("torch") if "+cu" in f.value]
         cuda = f"{torch[-1][:-1]}.{torch[-1][-1]}" if torch and torch[-1].isdigit() else None
         toolkit = (f"the CUDA {cuda} toolkit (torch is +cu{torch[-1]})" if cuda else

@@ -71,3 +71,64 @@ def cpu_and_gpu_builds_installed_together(ctx: Context) -> Optional[Diagnosis]:
                      f"{cpu} {gpu}; pip install {gpu} (check that nothing in your requirements pulls {cpu} back)",
                      [ctx.line_fact(listed[0]), ctx.line_fact(symptom[0])], listed[:1] + symptom[:1])
     return None
+
+
+# A package extra that names the CPU twin: optimum's extras come in pairs (setup.py: "exporters" pulls onnxruntime,
+# "exporters-gpu" onnxruntime-gpu; "onnxruntime" / "onnxruntime-gpu" likewise), so adding a CPU-side extra after the
+# GPU one installs onnxruntime over onnxruntime-gpu's files and the CUDA provider goes missing.
+# (the extra as installed, its GPU counterpart)
+_EXTRA_TWINS = {
+    "optimum": {"exporters": "exporters-gpu", "onnxruntime": "onnxruntime-gpu"},
+}
+_EXTRAS = re.compile(r"(?i)\b(optimum)\[([\w,\s-]+)\]")
+_PROVIDERS_GONE = re.compile(r"(?i)\bproviders?\b.{0,40}\b(?:gone|missing|disappear\w*|lost|not (?:available|there|listed)"
+                             r")|CUDAExecutionProvider.{0,60}(?:not|unavailable|missing|gone)|\bonly (?:the )?"
+                             r"CPU(?:ExecutionProvider)?\b|\bruns? on (?:the )?CPU\b")
+
+
+@rule("torch-build")
+def extra_pulls_the_cpu_twin(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    asked: dict[str, set[str]] = {}
+    for m in _EXTRAS.finditer(text):
+        asked.setdefault(m.group(1).lower(), set()).update(e.strip().lower() for e in m.group(2).split(","))
+    for package, extras in asked.items():
+        pairs = _EXTRA_TWINS.get(package, {})
+        cpu_side = sorted(e for e in extras if e in pairs)
+        gpu_side = {e for e in extras if e in pairs.values()}
+        if not (cpu_side and gpu_side) or not _PROVIDERS_GONE.search(text):
+            continue
+        lines = _lines_matching(ctx, rf"(?i)\b{package}\[[^\]]*\b{re.escape(cpu_side[0])}\b(?!-gpu)")
+        symptom = _lines_matching(ctx, _PROVIDERS_GONE)
+        wanted = sorted(gpu_side | {pairs[e] for e in cpu_side})
+        return _make("torch-build", f"{package}[{cpu_side[0]}] installs the CPU onnxruntime over onnxruntime-gpu",
+                     f"{package}'s extra {cpu_side[0]} depends on onnxruntime, the CPU build; installed after "
+                     "onnxruntime-gpu it overwrites the shared onnxruntime module, so the CUDA provider is gone",
+                     f"install every extra in its GPU form: pip uninstall -y onnxruntime onnxruntime-gpu; pip install "
+                     f"\"{package}[{','.join(wanted)}]\" (check that pip list shows onnxruntime-gpu and no onnxruntime)",
+                     [ctx.line_fact(l) for l in (lines[:1] + symptom[:1])], lines[:1] + symptom[:1])
+    return None
+
+
+# onnxruntime-genai: one import module (onnxruntime_genai) from onnxruntime-genai (CPU), onnxruntime-genai-cuda and
+# onnxruntime-genai-directml; "Unknown provider type: dml" is the model's genai_config asking for a provider the
+# imported build does not have: the plain package is the one installed (or installed last)
+_GENAI_PROVIDER = re.compile(r"(?i)Unknown provider type:?\s*['\"]?(dml|cuda)\b")
+_GENAI_PACKAGE = {"dml": "onnxruntime-genai-directml", "cuda": "onnxruntime-genai-cuda"}
+
+
+@rule("torch-build")
+def genai_build_without_the_provider(ctx: Context) -> Optional[Diagnosis]:
+    lines = _lines_matching(ctx, _GENAI_PROVIDER)
+    if not lines or not re.search(r"(?i)onnxruntime[-_]genai|\bog\.Model\b|phi-?3\S*onnx|genai_config", _text(ctx)):
+        return None
+    provider = _GENAI_PROVIDER.search(lines[0].line).group(1).lower()
+    package = _GENAI_PACKAGE[provider]
+    return _make("torch-build", f"the onnxruntime-genai imported has no {provider} provider",
+                 f"the model asks for the {provider} provider, which only {package} carries; onnxruntime-genai "
+                 f"(the CPU build) installs the same onnxruntime_genai module, so where both are installed (or the "
+                 "plain one alone) the import gets a build without it",
+                 f"pip uninstall onnxruntime-genai {package} (both share the onnxruntime_genai folder), then pip "
+                 f"install {package} alone; pip list must show no plain onnxruntime-genai"
+                 + (" (and og.is_dml_available() must print True)" if provider == "dml" else ""),
+                 [ctx.line_fact(lines[0])], lines[:1])

@@ -1,0 +1,137 @@
+"""Which PaddlePaddle build fits the machine. Paddle publishes one build per CUDA release, told apart by a version
+suffix (paddlepaddle-gpu==2.0.0.post101 is the CUDA 10.1 build) or, from 3.0, by the index it comes from
+(https://www.paddlepaddle.org.cn/packages/stable/cu126/); the plain PyPI name is one CUDA release, and `paddlepaddle`
+without -gpu is the CPU build. Three readings:
+  - Paddle's own "Mismatched GPU Architecture: ... compiled for 60 61 70 75 80 86, but your current GPU is 120": the
+    build of a CUDA release that has the GPU's architecture (a Blackwell card: the cu129 index);
+  - Paddle's "CUDA driver version is insufficient" under a plain paddlepaddle-gpu==X.Y.Z, whose PyPI wheel is a newer
+    CUDA than an older driver runs: that release's build for an older CUDA (its .postNNN wheel);
+  - `paddlepaddle` (the CPU build) listed alone while the program is said to run on the CPU beside an NVIDIA GPU:
+    paddlepaddle-gpu of the same release.
+
+Facts: Paddle's install pages per release (2.x: "CUDA 10.2: pip install paddlepaddle-gpu==2.4.2", the others as
+.post112 / .post116 / .post117 from https://www.paddlepaddle.org.cn/whl/linux/mkl/avx/stable.html; 2.0.0.post101 and
+2.1.1.post101 are the CUDA 10.1 builds: Paddle issue 30933, PaddlePaddle/PASSL's INSTALL.md); 3.x from the per-CUDA
+index (cu118, cu126, and cu129 for the 50 series from 3.2.0: the maintainer's answer in Paddle issue 76037; 3.1's
+cu126 build lists 75 80 86 89 and not 120: PaddleX issue 4285).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.error_lines import family
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+
+_INDEX = "https://www.paddlepaddle.org.cn/packages/stable"
+_WHL = "https://www.paddlepaddle.org.cn/whl/linux/mkl/avx/stable.html"
+
+# Paddle 2.x release -> (the CUDA of its plain PyPI wheel, {CUDA: the .post suffix of its builds for older CUDAs})
+# (only the releases whose older-CUDA builds are confirmed; 2.4 and 2.5 have none below the PyPI wheel's 10.2)
+_PYPI_CUDA = {
+    (2, 0): ("10.2", {"10.1": "post101"}),
+    (2, 1): ("10.2", {"10.1": "post101"}),
+    (2, 4): ("10.2", {}),
+    (2, 5): ("10.2", {}),
+}
+
+# the compute capabilities a Paddle 3.x CUDA index builds for, newest CUDA first, and its label: Blackwell's sm_100 /
+# sm_120 only in the CUDA 12.9 build (3.2.0 on); the rest in cu126
+_ARCH_INDEX = ((100, "cu129", "3.2.0"), (0, "cu126", "3.0.0"))
+
+_MISMATCH = re.compile(r"(?i)Mismatched GPU Architecture\b.{0,80}compiled for ([\d ,]+?)\s*,?\s*but your current GPU is "
+                       r"(\d{2,3})\b")
+_DRIVER_OLD = re.compile(r"(?i)CUDA driver version is insufficient|Cuda error\s*\(35\)")
+_PADDLE_PIN = re.compile(r"(?i)\bpaddlepaddle-gpu\s*(?:==|\s)\s*(\d+)\.(\d+)\.(\d+)(\.post\d+)?\b")
+_PADDLE_SAID = re.compile(r"(?i)\bpaddle(?:paddle)?\b|\bpaddle/|\bppgan\b|\bpaddleocr\b|\bpaddlex\b")
+_DRIVER_CUDA = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
+
+
+@rule("arch-missing")
+def paddle_without_the_gpus_arch(ctx: Context) -> Optional[Diagnosis]:
+    lines = _lines_matching(ctx, _MISMATCH)
+    if not lines:
+        return None
+    m = _MISMATCH.search(lines[0].line)
+    built, gpu = m.group(1).split(), int(m.group(2))
+    label, release = next((lab, rel) for floor, lab, rel in _ARCH_INDEX if gpu >= floor)
+    return _make("arch-missing", f"this PaddlePaddle build has no code for compute capability {gpu // 10}.{gpu % 10}",
+                 f"the installed paddlepaddle-gpu was compiled for compute capabilities {' '.join(built)} only; the "
+                 f"GPU is {gpu // 10}.{gpu % 10} (sm_{gpu}), which only Paddle's {label} build carries",
+                 f"pip uninstall -y paddlepaddle-gpu paddlepaddle; python -m pip install paddlepaddle-gpu=={release} -i "
+                 f"{_INDEX}/{label}/ (Paddle {release} or newer, from the {label} index; its wheel brings its own "
+                 f"CUDA runtime; the driver must run CUDA {label[2:4]}.{label[4:]}); then "
+                 "python -c \"import paddle; paddle.utils.run_check()\"",
+                 [ctx.line_fact(lines[0])], lines[:1])
+
+
+@rule("driver")
+def paddle_for_a_newer_cuda_than_the_driver(ctx: Context) -> Optional[Diagnosis]:
+    errors = _lines_matching(ctx, _DRIVER_OLD)
+    text = _text(ctx)
+    if not errors or not _PADDLE_SAID.search(text):
+        return None
+    pin = _PADDLE_PIN.search(text)
+    if pin is None or pin.group(4):   # no release shown, or already a .post build of a chosen CUDA
+        return None
+    release = (int(pin.group(1)), int(pin.group(2)))
+    row = _PYPI_CUDA.get(release)
+    if row is None:
+        return None
+    pypi, older = row
+    version = ".".join(pin.group(i) for i in (1, 2, 3))
+    driver = _DRIVER_CUDA.search(text)
+    runs = (int(driver.group(1)), int(driver.group(2))) if driver else None
+    fits = [(c, s) for c, s in older.items() if runs is None or tuple(map(int, c.split("."))) <= runs]
+    if not fits:
+        return None   # no older build of this release: the driver's own reading (update it) stands
+    cuda, suffix = max(fits, key=lambda cs: tuple(map(int, cs[0].split("."))))
+    diagnosis = _make("driver", f"paddlepaddle-gpu {version} from PyPI is its CUDA {pypi} build",
+                 f"the plain paddlepaddle-gpu=={version} on PyPI is built with CUDA {pypi}, newer than this NVIDIA "
+                 f"driver runs" + (f" (it runs CUDA {runs[0]}.{runs[1]} at most)" if runs else "") +
+                 f"; Paddle publishes the same release for older CUDAs as .postNNN builds",
+                 f"install that release's CUDA {cuda} build: pip uninstall -y paddlepaddle-gpu; python -m pip install "
+                 f"paddlepaddle-gpu=={version}.{suffix} -f {_WHL} (or update the NVIDIA driver to one that runs CUDA "
+                 f"{pypi}: nvidia-smi's \"CUDA Version\" is the newest it runs)",
+                 [ctx.line_fact(errors[0])], errors[:1])
+    # the same line the driver's general reading covers: this one names the build, so it leads that reading
+    diagnosis.rank = family("driver").rank - 1
+    return diagnosis
+
+
+# the CPU build listed by pip (paddlepaddle 3.1.0, paddlepaddle==3.1.0), and no paddlepaddle-gpu anywhere
+_CPU_LISTED = re.compile(r"(?i)(?<![\w-])paddlepaddle(?:\s{0,3}(?:==|:|-)\s{0,3}|[ \t]{1,30})v?(\d+\.\d+\.\d+)")
+_ON_CPU = re.compile(r"(?i)\b(?:does ?n[o']t|not|never|doesn't) (?:use|using|run on|running on)\b.{0,10}\bGPU\b|\buses? "
+                     r"(?:the )?cpu\b|\bon (?:the )?cpu\b|\bonly (?:the )?cpu\b|\bcpu (?:for )?inference\b|没有?用(?:到)?GPU|"
+                     r"只用CPU|用的是CPU|is_compiled_with_cuda\(\)\W{0,20}False")
+_NVIDIA = re.compile(r"(?i)\bNVIDIA-SMI\b|\bGeForce\b|\bRTX ?\d|\bGTX ?\d|\b[VAHL]100\b|\bA10G?\b|\bT4\b|\bTesla\b|"
+                     r"\bQuadro\b|\bCUDA Version:")
+
+
+@rule("torch-build")
+def paddle_cpu_build_alone(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    if "paddlepaddle-gpu" in text.lower():
+        return None   # both listed: twin_packages' reading; the GPU build alone: another cause
+    listed = _lines_matching(ctx, _CPU_LISTED)
+    symptom = _lines_matching(ctx, _ON_CPU)
+    if not (listed and symptom and _NVIDIA.search(text)):
+        return None
+    version = _CPU_LISTED.search(listed[0].line).group(1)
+    major = int(version.split(".")[0])
+    driver = _DRIVER_CUDA.search(text)
+    runs = (int(driver.group(1)), int(driver.group(2))) if driver else None
+    if major >= 3:
+        label = "cu118" if runs and runs < (12, 6) else "cu126"
+        install = (f"python -m pip install paddlepaddle-gpu=={version} -i {_INDEX}/{label}/ ({label}: "
+                   + ("the driver runs CUDA below 12.6" if label == "cu118" else "a driver for CUDA 12.6; cu118 for "
+                      "an older one") + ")")
+    else:
+        install = f"python -m pip install paddlepaddle-gpu=={version} (the build for your CUDA from Paddle's install page)"
+    return _make("torch-build", "paddlepaddle is Paddle's CPU build",
+                 f"the environment has paddlepaddle {version}, the CPU-only build (Paddle's GPU build is a separate "
+                 "package, paddlepaddle-gpu), so the program runs on the CPU whatever GPU the machine has",
+                 f"pip uninstall -y paddlepaddle; {install}; check it with python -c \"import paddle; "
+                 "print(paddle.device.is_compiled_with_cuda()); paddle.utils.run_check()\"",
+                 [ctx.line_fact(listed[0]), ctx.line_fact(symptom[0])], listed[:1] + symptom[:1])
