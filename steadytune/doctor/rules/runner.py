@@ -29,6 +29,7 @@ import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
+import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
 import steadytune.doctor.rules.arch.source_builds  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.build_asks  # noqa: E402,F401
@@ -42,6 +43,7 @@ import steadytune.doctor.rules.arch.nvrtc_targets  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tinygrad_backends  # noqa: E402,F401
 import steadytune.doctor.rules.arch.op_floors  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
+import steadytune.doctor.rules.access.wsl_limits  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
@@ -79,6 +81,7 @@ import steadytune.doctor.rules.install.rocm_dll_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.zluda_hip_release  # noqa: E402,F401
 import steadytune.doctor.rules.install.compile_backend  # noqa: E402,F401
 import steadytune.doctor.rules.install.companion_index  # noqa: E402,F401
+import steadytune.doctor.rules.install.requirements_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.app_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.webui_backend_flags  # noqa: E402,F401
@@ -112,6 +115,8 @@ import steadytune.doctor.rules.install.cudnn_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.cudnn_windows  # noqa: E402,F401
 import steadytune.doctor.rules.install.onnxruntime_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.dgl_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.cuda_stubs  # noqa: E402,F401
+import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmm_platforms  # noqa: E402,F401
