@@ -29,6 +29,7 @@ import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
+import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
 import steadytune.doctor.rules.arch.source_builds  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.build_asks  # noqa: E402,F401
@@ -45,6 +46,7 @@ import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401
 # Paddle's builds: its own messages name the build to take
 import steadytune.doctor.rules.install.paddle_builds  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
+import steadytune.doctor.rules.access.wsl_limits  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
@@ -82,6 +84,7 @@ import steadytune.doctor.rules.install.rocm_dll_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.zluda_hip_release  # noqa: E402,F401
 import steadytune.doctor.rules.install.compile_backend  # noqa: E402,F401
 import steadytune.doctor.rules.install.companion_index  # noqa: E402,F401
+import steadytune.doctor.rules.install.requirements_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.app_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.webui_backend_flags  # noqa: E402,F401
@@ -117,6 +120,8 @@ import steadytune.doctor.rules.install.cudnn_windows  # noqa: E402,F401
 import steadytune.doctor.rules.install.onnxruntime_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.dgl_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.pyg_wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.cuda_stubs  # noqa: E402,F401
+import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmm_platforms  # noqa: E402,F401

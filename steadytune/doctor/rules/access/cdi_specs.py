@@ -90,3 +90,39 @@ def cdi_generate_without_nvml(ctx: Context) -> Optional[Diagnosis]:
                  "install the NVIDIA driver on the host (nvidia-smi must run), or, where a driver container installs it, "
                  "pass its root: sudo nvidia-ctk cdi generate --driver-root=/run/nvidia/driver "
                  "--output=/etc/cdi/nvidia.yaml", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+
+
+# Docker's --gpus picking its AMD device driver (Docker 29 injects AMD GPUs through their CDI spec: moby/moby#52048)
+# and finding no AMD spec: on an NVIDIA machine --gpus did not find NVIDIA's own (the NVIDIA Container Toolkit's hook)
+_AMD_SPEC_MISSING = re.compile(r"(?i)\bAMD CDI specs? (?:not found|missing)|no AMD CDI specs?\b")
+_NVIDIA_SAID = re.compile(r"(?i)\bNVIDIA\b|\bGeForce\b|\b(?:RTX|GTX|Quadro|Tesla)\b|\bRTX ?A\d{4}\b|\b[AHL]\d{2,3}\b")
+
+
+@rule("device-access")
+def amd_cdi_spec_for_gpus(ctx: Context) -> Optional[Diagnosis]:
+    """`--gpus` answered "AMD CDI spec not found": an NVIDIA card gets the nvidia runtime named (Unraid's way, where
+    the driver plugin registers that runtime: stevezau/media_preview_generator#260, games-on-whales/wolf#386); an AMD
+    card gets its CDI spec generated."""
+    said = _lines_matching(ctx, _AMD_SPEC_MISSING)
+    if not said:
+        return None
+    text = _text(ctx)
+    if _NVIDIA_SAID.search(text) and not re.search(r"(?i)\b(?:Radeon|Instinct|ROCm)\b", text):
+        unraid = bool(re.search(r"(?i)\bunraid\b", text))
+        return _first(_make(
+            "device-access", "docker's --gpus did not find the NVIDIA runtime",
+            "with --gpus docker looks for the NVIDIA Container Toolkit's hook; not finding it"
+            + (" (Unraid's NVIDIA driver plugin registers an nvidia runtime instead)" if unraid else "")
+            + ", it tried its AMD device driver, which needs an AMD CDI spec this NVIDIA machine does not have",
+            "drop --gpus all and name the runtime: --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all -e "
+            "NVIDIA_DRIVER_CAPABILITIES=all (compose: runtime: nvidia with those two environment entries"
+            + ("; Unraid: in the template's Extra Parameters, and NVIDIA_VISIBLE_DEVICES set to the GPU's UUID or all"
+               if unraid else "")
+            + "); where the NVIDIA Container Toolkit is installed, sudo nvidia-ctk runtime configure --runtime=docker "
+            "and a docker restart make --gpus find it again", [], said))
+    return _first(_make(
+        "device-access", "docker's --gpus found no AMD CDI spec",
+        "docker passes an AMD GPU for --gpus through the AMD Container Toolkit's CDI spec, and this host has none",
+        "generate it: sudo amd-ctk cdi generate --output=/etc/cdi/amd.json (the AMD Container Toolkit), then rerun; or "
+        "pass the GPU as its device files instead of --gpus: --device=/dev/kfd --device=/dev/dri --group-add video "
+        "--group-add render", [], said))

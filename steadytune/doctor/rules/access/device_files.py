@@ -23,6 +23,10 @@ from steadytune.doctor.rules.base import (
     _vendor,
 )
 
+# docker installed as a snap: its install line, its "from Canonical" banner, its snap paths
+_SNAP_DOCKER = re.compile(r"(?i)\bsnap (?:install|refresh|list|info|restart)\b[^\n]{0,20}\bdocker\b|^docker [\d.]+ from "
+                          r"Canonical|/(?:var/)?snap/(?:bin/)?docker\b", re.M)
+
 
 # the kubelet's static CPU manager, as a flag or its KubeletConfiguration key
 _CPU_MANAGER_STATIC = re.compile(r"(?i)--cpu-manager-policy[= ]static\b|cpuManagerPolicy\W{0,3}static\b")
@@ -456,6 +460,19 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      "sudo usermod -aG video $USER, then log out and back in; ls -l /dev/kfd /dev/dri/renderD* shows "
                      "the group that owns them (add the user to that one); a node owned by root:root alone needs a "
                      "udev rule: KERNEL==\"kfd\", GROUP=\"video\", MODE=\"0660\"", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)unknown or invalid runtime name: nvidia", text) and _SNAP_DOCKER.search(_text(ctx)):
+        # the docker snap carries its own NVIDIA Container Toolkit and registers the nvidia runtime itself (its
+        # nvidia-container-toolkit service, run at install and refresh: canonical/docker-snap's hooks and README
+        # "NVIDIA support"); a revision from before that support, or one refreshed before the driver was there, has
+        # none (canonical/docker-snap#180: fixed by the current stable revision)
+        return _make("device-access", "the docker snap has not set up the nvidia runtime",
+                     "docker is the snap, which reads its own daemon.json (/var/snap/docker/current/config) and sets "
+                     "the nvidia runtime up itself when the host has the NVIDIA driver; this revision did not (an "
+                     "older revision, or the driver installed after it)",
+                     "update the snap and the host: sudo snap refresh docker (and sudo apt update && sudo apt upgrade "
+                     "for the driver), then sudo snap restart docker; snap logs docker.nvidia-container-toolkit shows "
+                     "whether it registered the runtime; a host-side nvidia-ctk does not configure the snap's daemon",
+                     [ctx.line_fact(errors[0])], errors)
     if re.search(r"(?i)unknown or invalid runtime name: nvidia", text):
         return _make("device-access", "docker does not know the nvidia runtime",
                      "--runtime=nvidia names a runtime docker's daemon.json does not register: the NVIDIA Container "

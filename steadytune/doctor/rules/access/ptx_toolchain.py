@@ -117,7 +117,22 @@ def _keep_the_driver(ctx: Context, text: str, runs: tuple[int, int]) -> str:
         label = "cu118" if runs < (12, 1) else "cu121" if runs < (12, 4) else "cu124" if runs < (12, 6) else \
             "cu126" if runs < (12, 8) else "cu128"
         return f"pip install torch --index-url https://download.pytorch.org/whl/{label}"
-    return f"the CUDA {_said(runs)} toolkit (and builds made with it)"
+    # nothing in the paste made the PTX newer than the driver (an image of the driver's own CUDA, say): the program's
+    # runtime compiler did, from a toolkit of its own environment, which for OpenMM, numba and CuPy is conda's
+    # (openmm#3585: conda install -c conda-forge cudatoolkit=11.6 under driver 510)
+    return (f"the CUDA {_said(runs)} toolkit (and builds made with it); a program that compiles its kernels when it "
+            "runs (OpenMM, numba, CuPy) takes the toolkit of its conda environment: conda list | grep -E "
+            f"'cudatoolkit|cuda-version|nvrtc', then {_conda_for(runs)}")
+
+
+def _conda_for(runs: tuple[int, int]) -> str:
+    """The conda install of the toolkit the driver runs: cudatoolkit up to CUDA 11.8, the cuda-version metapackage from
+    CUDA 12 (conda-forge's split CUDA packages)."""
+    if runs[0] <= 11:
+        conda = max((c for c in _CONDA_TOOLKITS if c <= runs), default=None)
+        if conda:
+            return f"conda install -c conda-forge cudatoolkit={_said(conda)}"
+    return f"conda install -c conda-forge \"cuda-version={_said(runs)}\" cuda-nvrtc"
 
 
 @rule("driver")

@@ -48,7 +48,12 @@ _SYSTEM_LIBS = {"libmpi": "libopenmpi-dev", "libopenblas": "libopenblas-dev", "l
                 "libgomp": "libgomp1", "libomp": "libomp-dev", "libelf": "libelf1", "libtinfo": "libtinfo6",
                 # opencv-python's GUI build (opencv-python-headless needs neither), soundfile, DeepSpeed's async I/O
                 "libGL.so": "libgl1", "libgthread": "libglib2.0-0", "libglib": "libglib2.0-0", "libSM.so": "libsm6",
-                "libXext": "libxext6", "libsndfile": "libsndfile1", "libaio": "libaio-dev"}
+                "libXext": "libxext6", "libsndfile": "libsndfile1", "libaio": "libaio-dev",
+                # the Vulkan loader a llama.cpp / ggml binary built with its Vulkan backend links (a ROCm or CUDA
+                # image that bundles such a binary lacks it: text-generation-webui-docker#66), and the other graphics
+                # loaders slim images leave out (Debian/Ubuntu package names: packages.debian.org)
+                "libvulkan.so": "libvulkan1", "libEGL.so": "libegl1", "libOpenCL.so": "ocl-icd-libopencl1",
+                "libXrender": "libxrender1"}
 # the pip wheel (before its -cuXX) of each CUDA library
 _CUDA_WHEELS = {"cublas": "nvidia-cublas", "nvrtc": "nvidia-cuda-nvrtc", "cufft": "nvidia-cufft",
                 "curand": "nvidia-curand", "cusparse": "nvidia-cusparse", "cudart": "nvidia-cuda-runtime",
@@ -220,8 +225,15 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                  "Fedora: ncurses-compat-libs; Arch: ncurses5-compat-libs (AUR)"))
     for prefix, package in _SYSTEM_LIBS.items():
         if name.startswith(prefix):
+            if prefix == "libvulkan.so" and re.search(r"(?i)ERROR_INCOMPATIBLE_DRIVER|ERROR_INITIALIZATION_FAILED|"
+                                                      r"Vulkan instance|vkCreateInstance", _text(ctx)):
+                continue   # the loader got installed and Vulkan then refused the GPU: the vulkan_loader reading's
+            # in a container the package goes into the image (a Dockerfile's RUN line), or the running container
+            where = (f"; in a container image: RUN apt-get update && apt-get install -y {package} in its Dockerfile "
+                     f"(or apt install {package} inside the running container until the image has it)"
+                     if re.search(r"(?i)\b(?:docker|podman|container|image)\b", text + "\n" + _text(ctx)) else "")
             return (f"{name} is not found", f"the wheel links the system's {name}, which is not installed",
-                    f"sudo apt-get install {package} (the distribution package with {name})")
+                    f"sudo apt-get install {package} (the distribution package with {name}){where}")
     if re.search(r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set|/bin/nvcc\b", text) and \
             _vendor(ctx) != "amd":
         tool = ctx.tool() or "the extension"
@@ -575,6 +587,30 @@ def _built_for_other_rocm(ctx: Context, name: str, first: ErrorLine) -> Optional
                  [ctx.line_fact(first)], [first])
 
 
+# TheRock's pip-installed ROCm (rocm[libraries] from rocm.nightlies.amd.com / repo.amd.com, the rocm-sdk wheels)
+_ROCM_WHEELS = re.compile(r"(?i)\brocm\[(?:libraries|devel)|\brocm-sdk\b|rocm\.nightlies\.amd\.com|_rocm_sdk_\w+")
+# a torch that is not TheRock's: a wheel file installed by path, or a source build's +git local version
+_OWN_TORCH = re.compile(r"(?i)(?:\./|/)torch-\d+\.\d+\.\d+\w*(?:\+git\w+)?-cp\d+|\btorch-\d+\.\d+\.\d+a0\+git[0-9a-f]+|"
+                        r"\btorch\W{1,3}\d+\.\d+\.\d+a0\+git[0-9a-f]+")
+
+
+def _own_torch_beside_rocm_wheels(ctx: Context) -> bool:
+    """The rocm-sdk wheels installed with pip, and a torch installed from a file or built from source beside them
+    (pccr10001/comfyui-gfx1151-fa#1: TheRock's torch preloads its rocm-sdk libraries, another torch does not)."""
+    text = _text(ctx)
+    return bool(_ROCM_WHEELS.search(text) and _OWN_TORCH.search(text))
+
+
+def _rocm_wheel_folders(ctx: Context) -> tuple[str, str]:
+    """site-packages as the paste shows it (else the interpreter's), and the gfx target of the libraries wheel (the
+    index path /v2/gfx1151/, the machine's arch, else a placeholder)."""
+    text = _text(ctx)
+    site = re.search(r"(/\S*?/(?:site|dist)-packages)\b", text)
+    gfx = re.search(r"(?i)\b(gfx\d{2,4}[a-z0-9-]*)", text)
+    return (site.group(1) if site else "$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')",
+            gfx.group(1).lower() if gfx else "<gfx target>")
+
+
 @rule("rocm-libs-missing")
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
@@ -656,6 +692,15 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                "reinstall that one (pip install --force-reinstall <package>)")
         return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}, which is not "
                      "installed or not on its path", fix, [ctx.line_fact(first)], errors, confirmed=False)
+    elif _own_torch_beside_rocm_wheels(ctx):
+        # a torch not from TheRock's index (a wheel file built elsewhere, a +git build) beside the rocm-sdk wheels: only
+        # TheRock's own torch preloads those wheels' libraries, so this one needs their folders on the loader's path
+        site, gfx = _rocm_wheel_folders(ctx)
+        fix = (f"{name} is in the rocm-sdk wheels installed with pip, which only TheRock's own torch preloads; this torch "
+               "was built elsewhere (a local wheel file or +git build), so put the wheels' library folders on the "
+               f"loader's path: export LD_LIBRARY_PATH={site}/_rocm_sdk_core/lib:{site}/_rocm_sdk_libraries_{gfx}/lib:"
+               "$LD_LIBRARY_PATH (in the venv's bin/activate so every start has it; rocm-sdk path --root shows the "
+               "core folder), or install torch from TheRock's index for this GPU")
     elif re.search(r"(?i)\bnightl(?:y|ies)\b|\brocm-sdk\b|\bTheRock\b|\d\.\d+\.\d+a20\d{6}", _text(ctx)):
         # a ROCm torch nightly (TheRock's wheels) that links a library its rocm-sdk wheels do not bring, or bring but
         # torch does not preload: the nightly's packaging, not the machine

@@ -45,3 +45,40 @@ def webui_backend_flag(ctx: Context) -> Optional[Diagnosis]:
                         f"launch with {flag} instead: set COMMANDLINE_ARGS={flag} in {windows} (remove --backend "
                         f"{backend}){extra}; if the venv was made with the CUDA torch, delete the venv folder once so "
                         "the backend's own torch is installed", [ctx.line_fact(failed[0])], failed[:1]))
+
+
+# SD.Next named: its start line, its name, its repository
+_SDNEXT = re.compile(r"(?i)\bSD\.?\s?Next\b|\bsdnext\b|vladmandic/(?:automatic|sdnext)")
+# the backend asked for: the flag, or SD.Next's own log of it ("Torch overrides: cuda=False ... diml=True ...")
+_ASKED = re.compile(r"(?i)--use-(directml|zluda|rocm|ipex|openvino)\b|Torch overrides:.*?\b(diml|zluda|rocm|ipex|"
+                    r"openvino)=True")
+_SHORT = {"diml": "directml"}
+# the GPU left idle while the CPU works: in the user's words, or a backend that fell back to the CPU
+_ON_CPU = re.compile(r"(?i)\ball CPU\b|\bCPU usage\b|\b(?:only |just )?(?:uses?|using|runs? on) (?:the |my )?CPU\b|"
+                     r"\bGPU\b.{0,30}\b(?:idle|\d%|sat at|sits at|not used|unused)|not using (?:the |my )?GPU|"
+                     r"\bdevice(?:=| is |: )cpu\b")
+
+
+@rule("torch-build")
+def sdnext_backend_after_install(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: SD.Next, a backend flag given (or logged), and the work still on the CPU. SD.Next installs torch on
+    its first start for the backend chosen then; a flag added later selects the backend but keeps the torch in the
+    venv (a CPU torch from a first start without it), until --reinstall replaces it (vladmandic/sdnext#2436: the
+    reporter's fix, the maintainer's word that the flag belongs to the first install or goes with --reinstall)."""
+    text = _text(ctx)
+    if not _SDNEXT.search(text):
+        return None
+    asked = _ASKED.search(text)
+    on_cpu = _lines_matching(ctx, _ON_CPU)
+    if asked is None or not on_cpu:
+        return None
+    backend = (asked.group(1) or asked.group(2)).lower()
+    backend = _SHORT.get(backend, backend)
+    flag = _CURRENT[backend]
+    return _make("torch-build", f"SD.Next kept the torch of its first install, not the {backend} one",
+                 f"SD.Next installs torch for the backend chosen on its first start; {flag} given afterwards selects "
+                 f"the {backend} backend but leaves the torch already in the venv (the CPU build of a first start "
+                 "without it), so the work stays on the CPU",
+                 f"start it once with {flag} --reinstall (webui.bat {flag} --reinstall; on Linux ./webui.sh), which "
+                 f"replaces torch with the {backend} build, then start with {flag} alone; or delete the venv folder "
+                 f"and start with {flag}", [ctx.line_fact(on_cpu[0])], on_cpu[:1])

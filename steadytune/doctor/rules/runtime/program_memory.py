@@ -143,6 +143,17 @@ _PROGRAMS = (
             "scripts/sampling/simple_video_sample.py --decoding_t 1, or the demo's 'Decode t frames at a time'); "
             "diffusers' StableVideoDiffusionPipeline: decode_chunk_size=2 with pipe.enable_model_cpu_offload(); "
             "fewer frames or a smaller resolution"),
+    # kijai's ComfyUI-WanVideoWrapper: its WanVideo BlockSwap node (blocks_to_swap) and its WanVideo VRAM Management
+    # node (offload_percent) are its own memory switches (kijai/ComfyUI-WanVideoWrapper#121: block swap at 40 still
+    # ran out, the VRAM management node at 100% offload worked); I2V and T2V through "kijai's nodes" name it too
+    Program("ComfyUI-WanVideoWrapper", r"(?i)\bWanVideo ?(?:Wrapper|Sampler|BlockSwap|ModelLoader|VRAM|TextEncode|"
+                                       r"Decode|Encode)|\bkijai\b.{0,60}\b(?:[it]2v|wan)\b|\b(?:[it]2v|wan)\b.{0,60}\bkijai\b",
+            "inference",
+            "the WanVideo wrapper keeps the Wan transformer's blocks on the GPU unless its own nodes offload them, and "
+            "image-to-video adds the image encoder and a larger latent",
+            "raise blocks_to_swap in the WanVideo BlockSwap node (up to all 40 blocks of the 14B model), and where that "
+            "is not enough use the WanVideo VRAM Management node instead (offload_percent up to 1.0, slower), with "
+            "fewer frames or a smaller resolution; ComfyUI's --lowvram does not reach the wrapper's own model"),
     Program("Wan", r"(?i)(?<![\w-])Wan ?2\.\d\b|\bWan-AI/|\bgenerate\.py\b.{0,80}--task [ti]2v", "inference",
             "Wan's generation keeps the DiT, the large T5 text encoder and the VAE on the GPU together",
             "generate.py --offload_model True --t5_cpu (the T5 encoder stays on the CPU), and the 1.3B model at "
@@ -325,8 +336,10 @@ def program_oom(ctx: Context, errors: list[ErrorLine], joined: str, proper: bool
     """The first program of the table the paste names whose mode fits the run: its own knob as the fix. Asked twice
     by out_of_memory: before the model's size is read against the card (weights_read False: the programs whose memory
     is their own pipeline), and after (the LLM and VLM programs, whose weights may be what does not fit)."""
-    if {"a1111", "comfyui"} & set(ctx.sheet.tools):
-        return None   # the image UIs' own modes (out_of_memory's tool table): the GFPGAN or diffusers inside them
+    own_nodes = any(p.name.startswith("ComfyUI-") and re.search(p.pattern, joined) for p in _PROGRAMS)
+    if {"a1111", "comfyui"} & set(ctx.sheet.tools) and not own_nodes:
+        return None   # the image UIs' own modes (out_of_memory's tool table): the GFPGAN or diffusers inside them,
+        # except a node pack that loads its models itself (its own offload nodes, which the UI's modes do not reach)
     mode = _mode(ctx)
     for program in _PROGRAMS:
         if program.mode not in ("any", mode):
