@@ -142,8 +142,11 @@ def unversioned_libcuda(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not (_LIBCUDA_ONE.search(text) and _LIBCUDA_UNVERSIONED.search(text)):
         return None
+    # Triton's own "libcuda.so cannot found!" is its search of the ldconfig cache, not a missing link: left to the
+    # Triton rule (releases.py), also where its traceback names libcuda.so.1
     lines = [line for line in _lines_matching(ctx, r"(?i)libcuda\.so(?![.\w])|-lcuda\b")
-             if re.search(r"(?i)cannot open|not found|no such file|lack|missing|fail|cannot find|only|-lcuda", line.line)]
+             if not re.search(r"libcuda\.so cannot (?:be )?found", line.line)
+             and re.search(r"(?i)cannot open|not found|no such file|lack|missing|fail|cannot find|only|-lcuda", line.line)]
     if not lines:
         return None
     evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
