@@ -233,7 +233,8 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
     # LOADED an unsigned module: signatures are not enforced there, so Secure Boot refused nothing)
     elif re.search(r"(?i)Key was rejected by service|Required key not available|unsigned module|module verification "
                    r"failed(?![^\n]*tainting kernel)", text):
-        module = "nvidia" if re.search(r"(?i)nvidia", text) else "amdgpu"
+        module = ("nvidia" if re.search(r"(?i)nvidia", text) else "amdgpu" if re.search(r"(?i)amdgpu|rocm|radeon", text)
+                  else "GPU driver")
         fix = (f"Secure Boot refuses the unsigned {module} module: enroll the DKMS signing key (sudo mokutil --import "
                "/var/lib/dkms/mok.pub, then reboot and complete the enrolment in the blue MOK screen) or turn Secure "
                "Boot off in the firmware settings")

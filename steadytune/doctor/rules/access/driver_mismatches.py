@@ -352,6 +352,8 @@ def nvml_in_a_container(ctx: Context) -> Optional[Diagnosis]:
     under the nvidia runtime. The device plugin's pods carry no --gpus flag, so the runtime must be the default."""
     failed = _lines_matching(ctx, r"(?i)could not load NVML|libnvidia-ml\.so(?:\.1)?: cannot open shared object|"
                                   r"NVML(?: library)? (?:not found|could not be loaded)")
+    # the toolkit's own nvidia-container-cli failing to load NVML is the host's missing driver, not the container's
+    failed = [line for line in failed if "nvidia-container-cli" not in line.line]
     text = _text(ctx)
     if not failed or not (_KUBERNETES.search(text) or _CONTAINED.search(text)) or \
             re.search(r"(?i)\bwsl\b", text):

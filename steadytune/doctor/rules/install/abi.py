@@ -313,6 +313,17 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
                      f"pinning a torch release (its requirements): that torch version; for DeepSpeed's prebuilt ops: DS_BUILD_OPS=0 pip install --force-reinstall "
                      "deepspeed", evidence, errors)
     package = _extension_package(ctx, errors)
+    if package in (None, "torch") and re.search(r"DLL load failed while importing _C: The specified module could not "
+                                                 r"be found", text) and \
+            re.search(r"(?i)\bimport torch\b|torch[\\/]+(?:lib|__init__)", text + "\n" + joined):
+        # torch's own _C, not an extension: a DLL it links is missing (the C++ runtime, or a half-replaced torch)
+        return _make("rocm-libs-missing", "torch's own _C module could not load its DLLs",
+                     "torch\\_C.pyd loads torch\\lib's DLLs and the Microsoft C++ runtime; one of them is missing (no "
+                     "Visual C++ Redistributable, or a torch whose files were half replaced by another install)",
+                     "install the Microsoft Visual C++ Redistributable 2015-2022 (x64, https://aka.ms/vs/17/release/"
+                     "vc_redist.x64.exe), then reinstall torch cleanly in that environment: pip uninstall -y torch "
+                     "(until none is left, a user-site copy included), pip install --no-cache-dir torch --index-url "
+                     "<its index>", evidence, errors)
     if re.search(r"(?i)xFormers", text):
         package = "xformers"
     nightly = _companion_of_a_nightly(ctx, package, torch, evidence, errors)

@@ -100,6 +100,13 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
     """(title, cause, fix) for the missing libraries that are not ROCm's own runtime."""
     therock = ctx.sheet.has("layout", "therock")
     if re.search(r"(?i)cannot enable executable stack", text):
+        named = re.search(r"(/\S+?\.so[.\d]*):? cannot enable executable stack", text)
+        if named and not re.search(r"(?i)amdhip|hiprtc|rocm|/opt/rocm|_rocm|hip", named.group(1)):
+            # another package's library (a CUDA or CPU build, onnxruntime, ctranslate2): the flag is cleared on it
+            return (f"{named.group(1).rsplit('/', 1)[-1]} asks for an executable stack",
+                    "glibc 2.41 and newer refuse to load a library whose GNU_STACK header asks for an executable stack",
+                    f"clear the flag on that library: patchelf --clear-execstack {named.group(1)} (or execstack -c "
+                    "on it), then import again; or upgrade the package to a release built without the flag")
         return (f"{name} asks for an executable stack", "glibc 2.41 and newer refuse to load a library that asks for "
                 "an executable stack, and older ROCm libraries do",
                 f"clear the flag on the ROCm libraries in the environment: find <site-packages>/torch/lib \\( -name "
@@ -269,6 +276,17 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
                 "libtorch_cuda / libc10_cuda)",
                 "import torch before the extension; and install the extension built for the installed torch and its "
                 "build (pip install --force-reinstall torch <the extension> from the same index)")
+    if re.search(r"WinError 127|procedure could not be found", text) and \
+            re.search(r"(?i)torch[\\/]+lib[\\/]+\S*\.dll", text) and not re.search(r"(?i)rocm|amdhip|\bhip", _text(ctx)):
+        # a torch DLL found but missing an entry point: another copy of a dependency was loaded first, or torch's own
+        # files come from two releases (the DLL is there: installing it again elsewhere does not help)
+        return (f"{name} is from another build than the DLLs it loads",
+                "Windows found the DLL but not a function it needs (WinError 127): an older copy of a dependency was "
+                "loaded first (a CUDA toolkit's or another program's folder on PATH, a second torch in the user "
+                "site-packages), or torch's files come from two releases",
+                "reinstall torch cleanly: pip uninstall -y torch torchvision torchaudio (until none is left; also check "
+                "python -m site for a user-site copy), then pip install --no-cache-dir torch --index-url <its index> in "
+                "a fresh venv; take other CUDA / cuDNN bin folders off PATH for the run")
     windows_cuda = _CUDA_WINDOWS_DLL.search(text)
     if windows_cuda:
         what = {"cudnn": "cuDNN"}.get(windows_cuda.group(1).lower(), windows_cuda.group(1))

@@ -212,6 +212,10 @@ def _install_complaint(ctx: Context) -> Optional[Diagnosis]:
     naming flash-attn reads as an attention line); any other error line says more than the complaint."""
     if any(e.family and not _INSTALL_FAILS.search(e.line) for e in ctx.errors):
         return None
+    # a package manager's own message the catalogue settles ("No space left on device", uv's platform tags) is no
+    # complaint in prose: its entry's cause and fix speak for it
+    if any(e.catalogue and e.catalogue.entry.own for e in ctx.errors):
+        return None
     # a compiler's own diagnostics (ptxas, a kernel's codegen, file:line) are a kernel failing at run time, not an install
     # a tracker's label is no complaint: vLLM's "[Installation]:" template heads reports of anything that fails after
     said = [line for line in _lines_matching(ctx, _INSTALL_FAILS.pattern)
