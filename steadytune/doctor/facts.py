@@ -613,8 +613,10 @@ def _layout(line: str):
 
 # The tool that printed or failed: by its own log formats and paths, never by the user's prose alone.
 _TOOLS = (
-    ("ollama", r"\b[oO]llama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server)\.go|"
-               r"msg=\"amdgpu (?:is not supported|too old)|\bgpu_type=gfx"),
+    # (newer releases log from discover/amd.go, runner.go, llama_server.go, native_probe*.go, vulkan.go)
+    ("ollama", r"\b[oO]llama\b|source=(?:amd_linux|gpu|routes|server|amd_windows|sched|llm_server|amd|runner|"
+               r"llama_server|native_probe\w*|vulkan|cuda_compat|memory)\.go|"
+               r"msg=\"amdgpu (?:is not supported|too old)|\bgpu_type=gfx|msg=\"dropping ROCm device"),
     ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
                   r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
     ("vllm", r"\bvllm\b|\bvLLM\b|No available memory for the cache blocks|gpu_memory_utilization|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),

@@ -371,7 +371,10 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                      f"an older torch release, from https://download.pytorch.org/whl/cu{most.replace('.', '')})")
         # the installed branch named back (driver 515 runs CUDA 11.7 at most), so the user sees which one to leave
         installed = f"driver {branch.group(1) or branch.group(2)}" if branch else "it"
-        fix = (f"update the NVIDIA driver ({installed} runs CUDA {most or '?'} at most; a current torch needs a driver "
+        # no release in the paste: name where to read it rather than a placeholder
+        runs_at_most = (f"{installed} runs CUDA {most} at most" if most else
+                        "nvidia-smi's \"CUDA Version\" is the newest CUDA it runs")
+        fix = (f"update the NVIDIA driver ({runs_at_most}; a current torch needs a driver "
                f"for CUDA 12: 525 or newer, 570+ for CUDA 12.8){older}")
         cause = "torch was built for a newer CUDA than the installed driver supports"
     elif _GPL_ONLY.search(text):

@@ -599,6 +599,14 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                                                                                  _text(ctx)) and \
             any("no kernel image" in e.line for e in errors):
         # CUDA's own message, in a paste that names neither vendor nor any ROCm word: the NVIDIA reading
+        ggml = tool_builds().get(tool or "")
+        if tool in ("llama.cpp", "llama-cpp-python", "whisper.cpp", "stable-diffusion.cpp") and ggml and ggml.cuda:
+            # a ggml program's own build lacks the compute capability (no GPU named, so the number is read first)
+            return _make("arch-missing", f"{ggml.name} built without kernels for this NVIDIA GPU",
+                         f"{ggml.name}'s CUDA backend was compiled for other compute capabilities than the GPU's",
+                         "read the GPU's compute capability: nvidia-smi --query-gpu=name,compute_cap --format=csv "
+                         "(8.6 is 86); " + ggml.cuda.format(cc="<86>", cc_dot="<8.6>", sm="sm_<86>", cu="cu128") +
+                         " (a Blackwell GPU, 12.0, needs CUDA 12.8 or newer)", [], errors, confirmed=False)
         return _make("arch-missing", "a torch without kernels for this NVIDIA GPU",
                      "the installed torch (or extension) was built for other compute capabilities than the GPU's",
                      "find the GPU's compute capability (nvidia-smi --query-gpu=name,compute_cap --format=csv) and "
