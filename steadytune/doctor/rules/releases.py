@@ -17,6 +17,19 @@ _APT_PIN = re.compile(r"(?:^|:\s)\s*Depends: ((?:rocm|roc|hip|hsa|miopen|rccl|am
                       r"([\w.+:~-]{1,80}) is to be installed")
 
 
+# AMD's package versions end in the ROCm release as five digits: 6.4.1.60401-83~24.04, 2.0.70100.70100-20~24.04
+# (7.1.0); the distribution's builds do not
+_AMD_RELEASE = re.compile(r"\.(\d)(\d\d)(\d\d)-\d+~")
+
+
+def _amd_release(version: str) -> Optional[str]:
+    m = _AMD_RELEASE.search(version)
+    if m is None:
+        return None
+    major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    return f"{major}.{minor}.{patch}" if patch else f"{major}.{minor}"
+
+
 @rule("wheel-platform")
 def distribution_rocm_packages_shadow_amds(ctx: Context) -> Optional[Diagnosis]:
     """apt picks the distribution's own build of a ROCm package (Ubuntu's universe ships rocminfo, rocm-cmake,
@@ -30,6 +43,19 @@ def distribution_rocm_packages_shadow_amds(ctx: Context) -> Optional[Diagnosis]:
     wanted, offered = hits[0][1].group(2), hits[0][1].group(3)
     target = re.search(r"\bapt(?:-get)? install (?:-\w+ )*([\w.+-]+)", _text(ctx))
     names = " ".join(clashing)
+    new, old = _amd_release(wanted), _amd_release(offered)
+    if new and old and new != old:
+        # both versions are AMD's own builds (6.4.1.60401-83~24.04): two ROCm releases' repositories, not the
+        # distribution's packages
+        return _make("wheel-platform", "the repositories of two ROCm releases are mixed",
+                     f"apt wants {clashing[0]} {wanted} (ROCm {new}) but is left with {offered} (ROCm {old}): AMD's "
+                     "repositories of two releases are both in apt's sources (an upgrade that added the new rocm.list "
+                     "beside the old one, or amdgpu-install of one release and ROCm packages of another installed)",
+                     f"keep one release: grep -r repo.radeon.com /etc/apt/sources.list.d/ and leave rocm.list and "
+                     f"amdgpu.list on {new} only (or sudo amdgpu-install --uninstall --rocmrelease=all and install "
+                     f"the amdgpu-install of {new} again); then sudo apt update && sudo apt install "
+                     f"{target.group(1) if target else 'rocm'}",
+                     [ctx.line_fact(hits[0][0])], [line for line, _m in hits])
     return _make("wheel-platform", "the distribution's ROCm packages shadow AMD's repository",
                  f"apt wants {clashing[0]} {wanted} from AMD's repository but picks {offered}, another origin's build "
                  "(the distribution's own ROCm packages), so the pinned dependencies cannot be met",

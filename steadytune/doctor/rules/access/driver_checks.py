@@ -44,8 +44,12 @@ def built_in_amdgpu(ctx: Context) -> Optional[Diagnosis]:
 
 # the amdgpu module said not to be loaded, by the tool or in the user's words ("fails if the `amdgpu` kernel module is
 # not loaded", "amdgpu not found in modules")
+# (amd-smi's own lines too: "Unable to detect any GPU devices, check amdgpu version and module status", and the
+# library's AMDSMI_STATUS_DRIVER_NOT_LOADED / AMDSMI_STATUS_NOT_INIT from a script)
 _NOT_LOADED_SAID = re.compile(r"(?i)amdgpu not found in modules|ROCk module is NOT loaded|\bamdgpu\W{0,2}\s*(?:kernel )?"
-                              r"(?:module|driver)?\s*(?:is |was )?(?:not|isn't|wasn't) (?:yet )?loaded")
+                              r"(?:module|driver)?\s*(?:is |was )?(?:not|isn't|wasn't) (?:yet )?loaded|"
+                              r"Unable to detect any GPU devices, check amdgpu version and module status|"
+                              r"AMDSMI_STATUS_(?:DRIVER_NOT_LOADED|NOT_INIT)\b")
 _WSL = re.compile(r"(?i)\bwsl|microsoft-standard|/dev/dxg")
 
 

@@ -118,6 +118,15 @@ def hip_finds_no_device_after_install(ctx: Context) -> Optional[Diagnosis]:
     if any(e.family not in (None, "driver", "device-access", "visibility") and not _HIP_NO_DEVICE.search(e.line)
            for e in ctx.errors):
         return None
+    if ctx.sheet.is_windows or re.search(r"(?i)\bhipInfo\.exe\b|[A-Z]:\\Program Files\\AMD\\ROCm", text):
+        # Windows has no amdgpu module, /dev/kfd or groups: the HIP runtime comes with the Adrenalin driver
+        return _make("driver", "HIP on Windows finds no GPU: the Adrenalin driver or the HIP SDK",
+                     "on Windows the HIP runtime reaches the GPU through the Adrenalin (or PRO) display driver: no GPU "
+                     "means that driver is missing, older than the HIP SDK, or the GPU is not one the HIP SDK supports",
+                     "install the current Adrenalin driver (or the one the HIP SDK / AMD's PyTorch wheels name), "
+                     "then a HIP SDK release whose Windows support table lists the GPU, and reboot (driver first, "
+                     "SDK second); hipInfo.exe must then list the card; an integrated GPU beside it: "
+                     "HIP_VISIBLE_DEVICES picks the discrete one", [], said[:2], confirmed=False)
     return _make("driver", "HIP finds no GPU: the new driver or groups not yet in force",
                  "the HIP runtime sees no GPU through /dev/kfd; right after installing ROCm (amdgpu-dkms, the "
                  "render / video groups) that is the state until the machine restarts: the old amdgpu module is still "

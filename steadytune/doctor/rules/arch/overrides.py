@@ -71,7 +71,7 @@ def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
 # "1.2.3""), and its result: every agent reported as gfx000 (which otherwise names only the CPU agent, beside the
 # GPU's own target). An empty value (docker -e NAME= , a Kubernetes env value or ConfigMap key left blank) is "set"
 # to ROCr, so it is rejected the same way instead of being ignored.
-_REJECTED = re.compile(r"(?i)Invalid " + OVERRIDE + r" format")
+_REJECTED = re.compile(r"(?i)Invalid " + OVERRIDE + r" (?:format|value)")
 _GFX000 = re.compile(r"\bgfx000\b")
 _EMPTY = re.compile(OVERRIDE + r"(?:=(?:\"\"|''|(?=\s)|$)|\s*:\s*(?:\"\"|''|~)?\s*$)", re.M)
 

@@ -399,8 +399,9 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
     if not errors and not others:
         errors = _no_cuda_from_a_cpu_torch(ctx, builds)
         unsure = bool(errors) and not any(f.detail == "cpu" for f in builds)
-    rocm_said = [e for e in ctx.of("visibility") + ctx.no_gpu() if re.search(r"No HIP GPUs|hipErrorNoDevice|HIP initialization|hipGetDeviceCount",
-                                                                                 e.line)]
+    rocm_said = [e for e in ctx.of("visibility") + ctx.no_gpu()
+                 if re.search(r"No HIP GPUs|hipErrorNoDevice|HIP initialization|hipGetDeviceCount|no ROCm-capable device",
+                              e.line)]
     if not errors and not wrong and rocm_said:
         return None   # torch's ROCm build printed it: the build is right, the GPU is what it cannot reach
     if not errors and not (wrong and (ctx.no_gpu() or ctx.of("visibility"))):
