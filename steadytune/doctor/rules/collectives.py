@@ -1,9 +1,9 @@
 """Several GPUs, read from what NCCL leaves behind when it says little: its shared-memory transport refused peer
 access (cuMem host buffers), a log whose only NCCL line is the harmless InfiniBand-library warning and then silence,
 a load that works on one GPU and not on several, said in words, NCCL's shared memory named in words (/dev/shm, a
-pod's emptyDir), nccl-tests whose mpirun ranks each ran alone (built without MPI=1), and TensorRT-LLM's custom
-all-reduce refusing GPUs without peer access before 0.12. machine.multi_gpu asks these before its own transport
-readings; each returns None where its evidence is not there."""
+pod's emptyDir), nccl-tests whose mpirun ranks each ran alone (built without MPI=1) or whose bus bandwidth crawls
+under 1 GB/s over large messages, and TensorRT-LLM's custom all-reduce refusing GPUs without peer access before 0.12.
+machine.multi_gpu asks these before its own transport readings; each returns None where its evidence is not there."""
 
 from __future__ import annotations
 
@@ -195,3 +195,41 @@ def trtllm_peer_access(ctx: Context) -> Optional[Diagnosis]:
                  "upgrade to TensorRT-LLM 0.12 or newer (pip install -U \"tensorrt_llm>=0.12\" --extra-index-url "
                  "https://pypi.nvidia.com, or its 0.12+ container), then rebuild the engines with the same "
                  "trtllm-build; nvidia-smi topo -p2p r shows which pairs lack peer access", [], said[:1])
+
+
+# the tests' summary figure, the sizes they ran (the -e flag of the command, or the first column of the result rows)
+# and the ranks they ran over (-g, mpirun -np, or the header's "#  Rank  1" lines)
+_AVG_BUSBW = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\d+(?:\.\d+)?)")
+_MAX_BYTES = re.compile(r"\b\w+_perf\b[^\n]*?\s-e\s*(\d+)\s*([KMG]?)\b")
+_RESULT_ROW = re.compile(r"(?m)^\s*(\d+)\s+\d+\s+(?:float|half|bfloat16|double|int8|uint8|int32|uint32|int64|uint64)\s")
+_RANKS = re.compile(r"\b\w+_perf\b[^\n]*?\s-g\s*([2-9]|1\d)\b|\b(?:mpirun|mpiexec|srun)\b[^\n]*?\s-n(?:p)?\s+([2-9]|\d{2,})\b|"
+                    r"#\s+Rank\s+[1-9]\d*\s+Group\b")
+
+
+def tests_crawl(ctx: Context) -> Optional[Diagnosis]:
+    """nccl-tests / rccl-tests over several GPUs whose average bus bandwidth stays under 1 GB/s although they ran
+    messages of a megabyte and more: the data crossed, but through a path that crawls. Between GPUs of one machine
+    that is peer-to-peer through the IOMMU or PCIe ACS (NCCL's troubleshooting guide: both redirect P2P through the
+    root complex), which NCCL_P2P_DISABLE=1 confirms by running faster."""
+    text = _text(ctx)
+    average = _AVG_BUSBW.search(text)
+    if average is None or float(average.group(1)) >= 1.0 or not _RANKS.search(text):
+        return None
+    sizes = [int(n) for n in _RESULT_ROW.findall(text)]
+    flag = _MAX_BYTES.search(text)
+    if flag:
+        sizes.append(int(flag.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[flag.group(2)])
+    if not sizes or max(sizes) < 1 << 20:
+        return None   # only small messages: their bandwidth is latency, low on any machine
+    rccl = _vendor(ctx) == "amd" or re.search(r"(?i)\brccl\b|\brocm\b", text)
+    tests = "rccl-tests" if rccl else "nccl-tests"
+    said = _lines_matching(ctx, _AVG_BUSBW)
+    return _make("multi-gpu-transport", f"{tests} between the GPUs crawl ({average.group(1)} GB/s)",
+                 f"{tests} reached an average bus bandwidth of {average.group(1)} GB/s over messages of a megabyte and "
+                 "more, where PCIe gives several GB/s and NVLink / xGMI far more: the transfers go through a path that "
+                 "crawls - peer-to-peer writes redirected by the IOMMU or PCIe ACS, or a fallback to sockets",
+                 "rerun with NCCL_P2P_DISABLE=1 and with NCCL_DEBUG=INFO (the 'via' lines name the transport: P2P, "
+                 "SHM or NET/Socket); if it is faster without P2P, boot with iommu=pt (amd_iommu=on / intel_iommu=on "
+                 "iommu=pt) and turn PCIe ACS off (sudo lspci -vvv | grep -i acsctl shows SrcValid+ where it is on), "
+                 "as NCCL's troubleshooting guide says; nvidia-smi topo -m (rocm-smi --showtopo) shows the path "
+                 "between the GPUs", [], said[:1], confirmed=False)

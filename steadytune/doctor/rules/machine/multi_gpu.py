@@ -10,7 +10,7 @@ from typing import Optional
 from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.collectives import (cumem_host_without_peer, nccl_shared_memory_said,
                                                  one_gpu_works_several_not, silent_after_the_ibverbs_warning,
-                                                 tests_built_without_mpi, trtllm_peer_access)
+                                                 tests_built_without_mpi, tests_crawl, trtllm_peer_access)
 from steadytune.doctor.rules.base import (_catalogue, _CONTAINED, Context, Diagnosis, _lines_matching, _make, _restate,
                                           on_windows, rule, _text, _vendor)
 
@@ -264,6 +264,12 @@ def _backend_asked(ctx: Context) -> Optional[Diagnosis]:
                  "option" + ignored, fix, [], said[:1])
 
 
+# the generic lines NCCL and torch print around NCCL's own reason (which follows as "Last error:")
+_NCCL_WRAPPER = re.compile(r"(?i)NCCL error in:|\bnccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error\b|"
+                           r"unhandled (?:system|cuda) error|remote process exited or there was a network error|"
+                           r"Call to CUDA function failed|^\W*Last error\W*$")
+
+
 @rule("multi-gpu-transport")
 def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a collective that fails, times out or hangs (NCCL/RCCL's own lines, a watchdog, rccl-tests, a
@@ -271,6 +277,11 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     a container's /dev/shm, the socket interfaces NCCL listed or the nodes name, IOMMU faults in dmesg, and whether
     the GPUs are consumer cards (RDNA, GeForce: no usable PCIe peer-to-peer) or datacenter ones (iommu=pt)."""
     errors = ctx.of("multi-gpu-transport")
+    # NCCL's and torch's wrappers ("ncclInternalError", "unhandled cuda error", "NCCL error in:") around a "Last
+    # error:" line whose catalogue entry settles the cause (a full GPU, a refused socket): that entry answers
+    owned = [e for e in ctx.errors if e.catalogue is not None and e.catalogue.entry.own]
+    if owned and errors and all(_NCCL_WRAPPER.search(e.line) for e in errors):
+        return None
     rocm = re.search(r"(?i)\brocm[ -]?(\d+)\.(\d+)", _text(ctx))
     perf = [e for e in errors if re.search(r"_perf\b", e.line)]
     if perf and rocm and (int(rocm.group(1)), int(rocm.group(2))) < (5, 7):
@@ -281,7 +292,7 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "needed)", [], perf)
     if not errors and ctx.of("platform-bios") and re.search(r"(?i)\b(?:NCCL|RCCL)\b", "\n".join(ctx.sheet.lines)):
         errors = [e for e in ctx.errors if e.family is None and re.search(r"(?i)\b(?:NCCL|RCCL)\b", e.line)]
-    apart = tests_built_without_mpi(ctx) or trtllm_peer_access(ctx)
+    apart = tests_built_without_mpi(ctx) or trtllm_peer_access(ctx) or tests_crawl(ctx)
     if apart is not None:
         return apart
     if not errors:
@@ -353,7 +364,7 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                      "'* soft memlock unlimited' and '* hard memlock unlimited' in /etc/security/limits.conf (log in "
                      "again; check `ulimit -l` under mpirun / srun); a container: --ulimit memlock=-1; a NCCL_BUFFSIZE "
                      "set very large asks for more pinned memory too (unset it)", evidence, errors)
-    if re.search(r"(?i)completion (?:from peer \S+ )?with error 12\b|vendor err 129\b", text):
+    if re.search(r"(?i)completion (?:from peer \S+ )?with (?:error |status=)(?:\w+\()?12\b|vendor[ _]err\W?129\b", text):
         roce = re.search(r"(?i)\bRoCE\b|link_layer:\s*Ethernet", joined)
         return _make("multi-gpu-transport", "RDMA transfers between the nodes time out (IB error 12)",
                      "error 12 (vendor err 129) is a transport retry timeout: the RDMA packets never reach the other "
