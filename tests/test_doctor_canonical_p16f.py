@@ -102,7 +102,7 @@ READINGS = [
     # device_map="auto" under torchrun
     ("torchrun --nproc_per_node=2 train_sft_trl.py\n[rank1]: ValueError: You can't train a model that has been loaded "
      "with `device_map='auto'` in any distributed mode. Please rerun your script specifying `--num_processes=1`",
-     "multi-gpu-transport", ["PartialState().process_index", "one process"]),
+     "visibility", ["PartialState().process_index", "one process"]),
     # QLoRA under FSDP with uint8 storage
     ("FSDP + QLoRA, BitsAndBytesConfig(load_in_4bit=True)\nValueError: Must flatten tensors with uniform dtype but got "
      "torch.bfloat16 and torch.uint8", "multi-gpu-transport", ["bnb_4bit_quant_storage=torch.bfloat16"]),

@@ -238,6 +238,9 @@ KNOWN_MISSES = {
     "https://github.com/rusty1s/pytorch_scatter/issues/186": "the paste already uses the wheel index of its torch "
                                                             "1.4.0+cu101; the move to torch 1.7 was the reporter's own "
                                                             "choice later in the thread",
+    "https://github.com/fishaudio/fish-speech/issues/468": "the accepted fix is fish-speech's own torch pin (2.3.1), "
+                                                           "but the paste never names fish-speech; a paste that "
+                                                           "does gets it (app_torch)",
 }
 
 

@@ -9,9 +9,10 @@ without -gpu is the CPU build. Three readings:
   - `paddlepaddle` (the CPU build) listed alone while the program is said to run on the CPU beside an NVIDIA GPU:
     paddlepaddle-gpu of the same release.
 
-Facts: Paddle's install pages per release (2.x: "CUDA 10.2: pip install paddlepaddle-gpu==2.4.2", the others as
-.post112 / .post116 / .post117 from https://www.paddlepaddle.org.cn/whl/linux/mkl/avx/stable.html; 2.0.0.post101 and
-2.1.1.post101 are the CUDA 10.1 builds: Paddle issue 30933, PaddlePaddle/PASSL's INSTALL.md); 3.x from the per-CUDA
+Facts: Paddle's install pages per release (PaddlePaddle/docs release/2.x, install/pip/linux-pip.md: the plain PyPI
+wheel is CUDA 10.2 up to 2.4 and CUDA 11.8 in 2.5 and 2.6, the others .post102 / .post112 / .post116 / .post117 from
+https://www.paddlepaddle.org.cn/whl/linux/mkl/avx/stable.html, 2.6's from .../packages/stable/cuNNN/; 2.0.0.post101
+and 2.1.1.post101 are the CUDA 10.1 builds: Paddle issue 30933, PaddlePaddle/PASSL's INSTALL.md); 3.x from the per-CUDA
 index (cu118, cu126, and cu129 for the 50 series from 3.2.0: the maintainer's answer in Paddle issue 76037; 3.1's
 cu126 build lists 75 80 86 89 and not 120: PaddleX issue 4285).
 """
@@ -22,19 +23,25 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import family
+from steadytune.doctor.rules.install.framework_cuda_builds import _PADDLE_BUILDS, _pypi_cuda
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
 
 _INDEX = "https://www.paddlepaddle.org.cn/packages/stable"
 _WHL = "https://www.paddlepaddle.org.cn/whl/linux/mkl/avx/stable.html"
 
-# Paddle 2.x release -> (the CUDA of its plain PyPI wheel, {CUDA: the .post suffix of its builds for older CUDAs})
-# (only the releases whose older-CUDA builds are confirmed; 2.4 and 2.5 have none below the PyPI wheel's 10.2)
-_PYPI_CUDA = {
-    (2, 0): ("10.2", {"10.1": "post101"}),
-    (2, 1): ("10.2", {"10.1": "post101"}),
-    (2, 4): ("10.2", {}),
-    (2, 5): ("10.2", {}),
-}
+def _cuda(label: str) -> tuple[int, ...]:
+    return tuple(map(int, label.split(".")))
+
+
+def _pypi_row(release: tuple[int, int]) -> Optional[tuple[str, dict[str, str]]]:
+    """Paddle 2.x release -> (the CUDA of its plain PyPI wheel, {older CUDA: the .postNNN suffix of that build}), from
+    the one table of Paddle's builds per release (framework_cuda_builds: its install pages, release/2.0 ... 2.6)."""
+    builds = _PADDLE_BUILDS.get(release)
+    if builds is None:
+        return None
+    pypi = _pypi_cuda(release)
+    return pypi, {c: "post" + c.replace(".", "") for c in builds if _cuda(c) < _cuda(pypi)}
+
 
 # the compute capabilities a Paddle 3.x CUDA index builds for, newest CUDA first, and its label: Blackwell's sm_100 /
 # sm_120 only in the CUDA 12.9 build (3.2.0 on); the rest in cu126
@@ -76,23 +83,25 @@ def paddle_for_a_newer_cuda_than_the_driver(ctx: Context) -> Optional[Diagnosis]
     if pin is None or pin.group(4):   # no release shown, or already a .post build of a chosen CUDA
         return None
     release = (int(pin.group(1)), int(pin.group(2)))
-    row = _PYPI_CUDA.get(release)
+    row = _pypi_row(release)
     if row is None:
         return None
     pypi, older = row
     version = ".".join(pin.group(i) for i in (1, 2, 3))
     driver = _DRIVER_CUDA.search(text)
     runs = (int(driver.group(1)), int(driver.group(2))) if driver else None
-    fits = [(c, s) for c, s in older.items() if runs is None or tuple(map(int, c.split("."))) <= runs]
+    fits = [(c, s) for c, s in older.items() if runs is None or _cuda(c) <= runs]
     if not fits:
         return None   # no older build of this release: the driver's own reading (update it) stands
-    cuda, suffix = max(fits, key=lambda cs: tuple(map(int, cs[0].split("."))))
+    cuda, suffix = max(fits, key=lambda cs: _cuda(cs[0]))
+    # 2.6 moved its per-CUDA builds to an index of their own; earlier releases list them on one find-links page
+    where = f"-i {_INDEX}/cu{cuda.replace('.', '')}/" if release >= (2, 6) else f"-f {_WHL}"
     diagnosis = _make("driver", f"paddlepaddle-gpu {version} from PyPI is its CUDA {pypi} build",
                  f"the plain paddlepaddle-gpu=={version} on PyPI is built with CUDA {pypi}, newer than this NVIDIA "
                  f"driver runs" + (f" (it runs CUDA {runs[0]}.{runs[1]} at most)" if runs else "") +
                  f"; Paddle publishes the same release for older CUDAs as .postNNN builds",
                  f"install that release's CUDA {cuda} build: pip uninstall -y paddlepaddle-gpu; python -m pip install "
-                 f"paddlepaddle-gpu=={version}.{suffix} -f {_WHL} (or update the NVIDIA driver to one that runs CUDA "
+                 f"paddlepaddle-gpu=={version}.{suffix} {where} (or update the NVIDIA driver to one that runs CUDA "
                  f"{pypi}: nvidia-smi's \"CUDA Version\" is the newest it runs)",
                  [ctx.line_fact(errors[0])], errors[:1])
     # the same line the driver's general reading covers: this one names the build, so it leads that reading
