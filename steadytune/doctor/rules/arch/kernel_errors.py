@@ -9,6 +9,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule
+from steadytune.doctor.rules.install.shared import cuda_of_label
 
 # The first CUDA with each Blackwell target and the pytorch.org index that has it (torch 2.7 release notes: CUDA 12.8
 # builds with sm_100 and sm_120; sm_103 and sm_121 came with CUDA 12.9)
@@ -41,7 +42,7 @@ def kernel_error_on_blackwell(ctx: Context) -> Optional[Diagnosis]:
         return None
     cc = int(card.detail[3:])
     label = _BLACKWELL[cc]
-    cuda = f"{label[2:-1]}.{label[-1]}"
+    cuda = cuda_of_label(label)
     diagnosis = _make("arch-missing", f"this torch has no kernels for the {card.value} ({card.detail})",
                       f"the {card.value} is compute capability {str(cc)[:-1]}.{str(cc)[-1]}; torch builds made with a "
                       f"CUDA older than {cuda} carry no code for it, so the first kernel launch fails",

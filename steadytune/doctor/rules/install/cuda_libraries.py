@@ -9,7 +9,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
-from steadytune.doctor.rules.install.shared import _cuda_label
+from steadytune.doctor.rules.install.shared import _cuda_label, cuda_of_label
 
 
 # The CUDA libraries whose API names carry their library's prefix, and the pip package (nvidia-*-cu12, the copies the
@@ -63,7 +63,7 @@ def _undefined_symbols(ctx: Context) -> list[tuple[ErrorLine, str]]:
 def _built_cuda(ctx: Context) -> Optional[str]:
     """The CUDA the failing build was made for: the torch's +cuXYZ (or a cuXYZ index) the paste names."""
     label = _cuda_label(ctx)
-    return f"{label[2:-1]}.{label[-1]}" if label else None
+    return cuda_of_label(label) if label else None
 
 
 @rule("driver")

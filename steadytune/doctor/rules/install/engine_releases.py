@@ -11,7 +11,7 @@ from steadytune.doctor.error_lines import family
 from steadytune.doctor.packages import distribution_of
 from steadytune.doctor.tool_fixes import tool_fix
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, on_windows, rule, _text
-from steadytune.doctor.rules.install.shared import _cuda_label, _table_fix
+from steadytune.doctor.rules.install.shared import _cuda_label, _table_fix, cuda_of_label
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -58,7 +58,7 @@ def prebuilt_wheel_for_another_torch(ctx: Context) -> Optional[Diagnosis]:
         here = f"torch {have}" if have else "the installed torch"
         return _make("wheel-platform", f"the {package} wheel is for another torch",
                      f"{wheel} is built for torch's {build} build{' of torch ' + wheel_torch if wheel_torch else ''}; "
-                     f"this environment has {here}{' (CUDA ' + label[2:-1] + '.' + label[-1] + ')' if label else ''}, "
+                     f"this environment has {here}{' (CUDA ' + cuda_of_label(label) + ')' if label else ''}, "
                      "so its compiled extension does not load",
                      f"install the {package} build made for {here}: pip install -U {package} (its newest release picks "
                      f"the wheel for this torch, or builds it against it), or the wheel whose tag names this torch's "

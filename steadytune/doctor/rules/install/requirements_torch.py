@@ -14,6 +14,7 @@ from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
 from steadytune.doctor.rules.install.companion_index import _PYPI_TORCH_CUDA, _XFORMERS_FOR_TORCH
+from steadytune.doctor.rules.install.shared import cuda_of_label
 
 
 # the requirements install said to replace torch (install / upgrade / uninstall / overwrite / pull in another torch)
@@ -56,7 +57,7 @@ def requirements_replaced_torch(ctx: Context) -> Optional[Diagnosis]:
     xformers = f"xformers=={pair[1]}" if pair else "xformers"
     return _make("abi-mismatch", f"the requirements replaced torch with {torch}, and xformers no longer matches it",
                  f"installing the requirements replaced the torch installed before them with PyPI's torch {torch}, "
-                 f"built for CUDA {label[2:-1]}.{label[-1]} ({label}); xformers from PyPI is built against that same "
+                 f"built for CUDA {cuda_of_label(label)} ({label}); xformers from PyPI is built against that same "
                  "torch and CUDA, and the torch or xformers installed by hand beside it is another build",
                  f"install the pair PyPI builds together, torch first: pip install {pinned} torchvision "
                  f"--index-url https://download.pytorch.org/whl/{label} (a {label} build runs on any driver for that CUDA or newer, "

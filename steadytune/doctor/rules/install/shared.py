@@ -27,6 +27,11 @@ def _cuda_label(ctx: Context) -> Optional[str]:
     return f"cu{version.group(1)}{version.group(2)}" if version else None
 
 
+def cuda_of_label(label: str) -> str:
+    """The CUDA release a pytorch.org wheel label stands for: cu117 -> 11.7, cu128 -> 12.8."""
+    return f"{label[2:-1]}.{label[-1]}"
+
+
 # torch's own CUDA: a +cuXYZ build (a wheel name, pip's download line, torch.__version__), or torch.version.cuda's answer
 _TORCH_CUDA = (re.compile(r"\btorch\W{0,3}(?:\d+\.\d+(?:\.\d+)?)?\S{0,40}?(?:\+|%2B)cu(\d{2})(\d)\b"),
                re.compile(r"(?is)\btorch\.(?:version\.cuda|cuda_version)\b.{0,40}?'(\d{1,2})\.(\d)'"),
