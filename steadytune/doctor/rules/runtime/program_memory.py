@@ -283,12 +283,12 @@ _PROGRAMS = (
             "and every training image is loaded onto the GPU at full resolution",
             "lower aabb_scale in transforms.json (16 -> 4 or 2; colmap2nerf.py --aabb_scale 4 when making it), use fewer "
             "or lower-resolution images (downscale them before training), and close other programs using the GPU"),
-    Program("3D Gaussian Splatting", r"(?i)gaussian[-_ ]splatting|diff[-_]gaussian[-_]rasteri[sz]ation|"
-                                     r"3DGS|densify_(?:until_iter|grad_threshold)", "training",
+    Program("3D Gaussian Splatting", r"(?i)\bgaussian[-_ ]splatting\b|\bdiff[-_]gaussian[-_]rasteri[sz]ation\b|"
+                                     r"\b3DGS\b|\bdensify_(?:until_iter|grad_threshold)\b", "training",
             "3D Gaussian Splatting's memory grows with the Gaussians densified and the images kept on the GPU",
             "train at a lower resolution (-r 2 or -r 4), keep the images in host memory (--data_device cpu), and "
             "densify less (a higher --densify_grad_threshold, a lower --densify_until_iter)"),
-    Program("nerfstudio", r"(?i)nerfstudio|ns-train|nerfacto", "any",
+    Program("nerfstudio", r"(?i)\bnerfstudio\b|\bns-train\b|\bnerfacto\b", "any",
             "nerfstudio's memory is the rays per batch and the images its data manager keeps on the GPU",
             "fewer rays per batch (--pipeline.datamanager.train-num-rays-per-batch 2048, "
             "--pipeline.model.eval-num-rays-per-chunk 4096) and downscaled images (the dataparser's "
