@@ -196,3 +196,18 @@ def test_no_module_binds_a_top_level_name_twice():
                     twice.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name} (first at line {seen[name]})")
                 seen.setdefault(name, node.lineno)
     assert not twice, "; ".join(twice)
+
+
+def test_no_source_file_holds_a_control_character():
+    """A regex written through a tool that unescaped `\\b` once left raw backspace characters in a rule's pattern:
+    `r"\\x08nerfstudio\\x08"` matches nothing a user pastes, so two programs were never recognised and no test
+    noticed. Tabs, newlines and carriage returns are the only control characters a source or data file needs."""
+    control = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+    found = []
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.suffix not in (".py", ".yaml", ".yml", ".json", ".md", ".txt") or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if control.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}")
+    assert not found, ", ".join(found)
