@@ -52,7 +52,7 @@ READINGS = [
     ("pip install --index-url https://rocm.nightlies.amd.com/v2/gfx110X-dgpu/ 'rocm[libraries,devel]'\n"
      "pip install dist/torch-2.9.0a0+git1a2b3c4-cp311-cp311-linux_x86_64.whl\n"
      "ImportError: librocblas.so.5: cannot open shared object file: No such file or directory", "rocm-libs-missing",
-     ["LD_LIBRARY_PATH", "_rocm_sdk_core/lib", "_rocm_sdk_libraries_gfx110x-dgpu/lib"]),
+     ["LD_LIBRARY_PATH", "_rocm_sdk_core/lib", "_rocm_sdk_libraries_gfx110X_dgpu/lib"]),   # TheRock _dist_info.py: "-" -> "_"
     # a slim image without the Vulkan loader, whisper.cpp's binary
     ("running whisper.cpp's server in a docker container (debian:bookworm-slim)\n./whisper-server: error while loading "
      "shared libraries: libvulkan.so.1: cannot open shared object file: No such file or directory",

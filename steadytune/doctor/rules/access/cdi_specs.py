@@ -92,8 +92,14 @@ def cdi_generate_without_nvml(ctx: Context) -> Optional[Diagnosis]:
                  "--output=/etc/cdi/nvidia.yaml", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
 
 
-# Docker's --gpus picking its AMD device driver (Docker 29 injects AMD GPUs through their CDI spec: moby/moby#52048)
-# and finding no AMD spec: on an NVIDIA machine --gpus did not find NVIDIA's own (the NVIDIA Container Toolkit's hook)
+# Docker's --gpus picking its AMD device driver and finding no AMD spec. From moby's source (daemon/devices_linux.go,
+# devices_nvidia_linux.go, devices_amd_linux.go; moby/moby#52048, first in Docker 29.3.0): when dockerd starts it
+# registers the NVIDIA --gpus driver only if nvidia-cdi-hook or nvidia-container-runtime-hook is on its PATH; without
+# either, and with CDI on (Docker 29's default), it registers the AMD driver instead, whose CDI step takes the first
+# known vendor among the CDI specs (nvidia.com before amd.com) and answers "AMD CDI spec not found" when that is not
+# amd.com ("failed to discover GPU vendor from CDI" when there is none), unless amd-container-runtime is on its PATH.
+# So the message means a CDI spec of NVIDIA's is there: on an NVIDIA host the toolkit's hooks were not found when the
+# daemon started (installed after it, or elsewhere); on an AMD host a leftover NVIDIA spec shadows AMD's.
 _AMD_SPEC_MISSING = re.compile(r"(?i)\bAMD CDI specs? (?:not found|missing)|no AMD CDI specs?\b")
 _NVIDIA_SAID = re.compile(r"(?i)\bNVIDIA\b|\bGeForce\b|\b(?:RTX|GTX|Quadro|Tesla)\b|\bRTX ?A\d{4}\b|\b[AHL]\d{2,3}\b")
 
@@ -111,18 +117,27 @@ def amd_cdi_spec_for_gpus(ctx: Context) -> Optional[Diagnosis]:
         unraid = bool(re.search(r"(?i)\bunraid\b", text))
         return _first(_make(
             "device-access", "docker's --gpus did not find the NVIDIA runtime",
-            "with --gpus docker looks for the NVIDIA Container Toolkit's hook; not finding it"
+            "dockerd gives --gpus to its NVIDIA driver only when the NVIDIA Container Toolkit's hooks "
+            "(nvidia-container-runtime-hook, nvidia-cdi-hook) were on its PATH when the daemon started; not finding "
+            "them"
             + (" (Unraid's NVIDIA driver plugin registers an nvidia runtime instead)" if unraid else "")
-            + ", it tried its AMD device driver, which needs an AMD CDI spec this NVIDIA machine does not have",
+            + ", Docker 29.3 and newer hand --gpus to the AMD driver, which finds the host's CDI spec is NVIDIA's, "
+            "not an AMD one",
             "drop --gpus all and name the runtime: --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all -e "
             "NVIDIA_DRIVER_CAPABILITIES=all (compose: runtime: nvidia with those two environment entries"
             + ("; Unraid: in the template's Extra Parameters, and NVIDIA_VISIBLE_DEVICES set to the GPU's UUID or all"
                if unraid else "")
-            + "); where the NVIDIA Container Toolkit is installed, sudo nvidia-ctk runtime configure --runtime=docker "
-            "and a docker restart make --gpus find it again", [], said))
+            + "); or ask for the GPUs by the NVIDIA CDI spec this error implies is there: --device "
+            "nvidia.com/gpu=all in place of --gpus all; where the NVIDIA Container Toolkit is installed, sudo "
+            "nvidia-ctk runtime configure --runtime=docker and a docker restart (the daemon looks for the hooks only "
+            "when it starts) make --gpus find it again", [], said))
     return _first(_make(
         "device-access", "docker's --gpus found no AMD CDI spec",
-        "docker passes an AMD GPU for --gpus through the AMD Container Toolkit's CDI spec, and this host has none",
-        "generate it: sudo amd-ctk cdi generate --output=/etc/cdi/amd.json (the AMD Container Toolkit), then rerun; or "
+        "docker passes an AMD GPU for --gpus through the AMD Container Toolkit's CDI spec, but it takes the first GPU "
+        "vendor among the host's CDI specs, nvidia.com before amd.com: an NVIDIA spec (a leftover nvidia.yaml) is "
+        "there, so AMD's, if any, is never read",
+        "generate it: sudo amd-ctk cdi generate --output=/etc/cdi/amd.json (the AMD Container Toolkit), and remove a "
+        "leftover NVIDIA spec (/etc/cdi/nvidia.yaml, /var/run/cdi/nvidia*.yaml; docker reads nvidia.com's first), "
+        "restart docker, then rerun; or --device amd.com/gpu=all in place of --gpus; or "
         "pass the GPU as its device files instead of --gpus: --device=/dev/kfd --device=/dev/dri --group-add video "
         "--group-add render", [], said))

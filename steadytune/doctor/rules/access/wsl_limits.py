@@ -10,7 +10,9 @@ failure is the platform's, so no reinstall helps and the fix is a way around it 
 - A Hyper-V guest given the GPU through dxgkrnl (dxgkrnl-dkms, GPU-PV scripts) whose NVML says "GPU access blocked by
   the operating system": WSL mounts the host driver's user-space libraries into /usr/lib/wsl by itself, a plain guest
   needs them copied, and the D3D12 ones (libd3d12.so, libd3d12core.so, libdxcore.so) come from C:\\Program Files\\WSL\\lib
-  since WSL moved to the Store, not only C:\\Windows\\System32\\lxss\\lib (staralt/dxgkrnl-dkms#7)."""
+  since WSL moved to the Store, not only C:\\Windows\\System32\\lxss\\lib (staralt/dxgkrnl-dkms#7, whose maintainer's
+  commands link the mixed-case name to the file: ln -s /usr/lib/wsl/lib/libd3d12core.so
+  /usr/lib/wsl/lib/libD3D12Core.so)."""
 
 from __future__ import annotations
 
@@ -111,5 +113,6 @@ def gpu_pv_guest_libraries(ctx: Context) -> Optional[Diagnosis]:
         "and C:\\Program Files\\WSL\\lib (libd3d12.so, libd3d12core.so, libdxcore.so) into /usr/lib/wsl/lib, the "
         "driver's folder from C:\\Windows\\System32\\DriverStore\\FileRepository\\nv_dispi.inf_amd64_* into "
         "/usr/lib/wsl/drivers (the GPU-PV provisioning scripts do both); link the name the loader asks for where the "
-        "case differs (ln -s libd3d12core.so libD3D12Core.so), sudo ldconfig, then /usr/lib/wsl/lib/nvidia-smi",
+        "case differs (ln -s /usr/lib/wsl/lib/libd3d12core.so /usr/lib/wsl/lib/libD3D12Core.so), sudo ldconfig, then "
+        "/usr/lib/wsl/lib/nvidia-smi",
         [], blocked[:1]))

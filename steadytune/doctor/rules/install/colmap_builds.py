@@ -2,9 +2,11 @@
 with it, and otherwise through SiftGPU's OpenGL shaders, which need a desktop OpenGL context with the right
 extensions: on a server, over SSH, in a container or under Mesa they fail with "Shader not supported by your
 hardware!" / "ERROR: SiftGPU not fully supported" (or "OpenGL ... not supported"). Distribution packages (Debian's and
-Ubuntu's apt colmap, Homebrew) are built without CUDA (`colmap -h` prints "without CUDA" beside the commit), so the
-OpenGL path is the one taken. Sources: COLMAP's install docs (CUDA is optional; -DCUDA_ENABLED, CMAKE_CUDA_ARCHITECTURES)
-and its FAQ (--SiftExtraction.use_gpu 0 / --SiftMatching.use_gpu 0 run SIFT on the CPU); colmap issue 1485.
+Ubuntu's apt colmap, Homebrew) are built without CUDA (`colmap -h` prints "without CUDA" beside the commit; COLMAP's
+source after 4.1.1, with HIP support, prints "without GPU support" instead: src/colmap/util/version.cc.in, colmap#4420),
+so the OpenGL path is the one taken. Sources: COLMAP's install docs (CUDA is optional; -DCUDA_ENABLED,
+CMAKE_CUDA_ARCHITECTURES; CMakeLists.txt: option(CUDA_ENABLED "Whether to enable CUDA, if available" ON)) and its FAQ
+(--SiftExtraction.use_gpu 0 / --SiftMatching.use_gpu 0 run SIFT on the CPU); colmap issue 1485.
 """
 
 from __future__ import annotations

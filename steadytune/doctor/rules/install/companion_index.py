@@ -49,7 +49,8 @@ def xformers_off_torch_index(ctx: Context) -> Optional[Diagnosis]:
 # and its CUDA builds sit on torch's own index beside that torch (xformers' CHANGELOG maps the two; the pins are the
 # wheels' own requirements: 0.0.23 torch 2.1.1, 0.0.23.post1 2.1.2, vllm-project/vllm#2158; 0.0.24-0.0.26.post1
 # torch 2.2.0-2.3.0, bytedance/MVDream-threestudio#29's resolver output; 0.0.27.post2 torch 2.4.0,
-# facebookresearch/xformers#1096; 0.0.30 torch 2.7.0, hpcaitech/Open-Sora#870)
+# facebookresearch/xformers#1096; 0.0.30 torch 2.7.0, hpcaitech/Open-Sora#870; every row checked against the
+# torch_version of the PyPI wheel build, .github/workflows/wheels.yml at each xformers tag v0.0.19 to v0.0.30)
 _XFORMERS_FOR_TORCH = {"2.0.0": "0.0.19", "2.0.1": "0.0.22", "2.1.0": "0.0.22.post7", "2.1.1": "0.0.23",
                        "2.1.2": "0.0.23.post1", "2.2.0": "0.0.24", "2.2.1": "0.0.25", "2.2.2": "0.0.25.post1",
                        "2.3.0": "0.0.26.post1", "2.3.1": "0.0.27", "2.4.0": "0.0.27.post2", "2.4.1": "0.0.28.post1",

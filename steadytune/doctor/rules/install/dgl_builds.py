@@ -47,13 +47,16 @@ def _torch(text: str) -> Optional[tuple[int, int, Optional[int]]]:
 
 
 def _conda_pair(major: int, minor: int, last: str, known: Optional[str]) -> str:
-    """The conda route DGL's install page gives from DGL 2.0: a clean environment with torch from the pytorch channel
+    """The conda route DGL's install page gives from DGL 2.2: a clean environment with torch from the pytorch channel
     (pytorch-cuda=X.Y picks its CUDA) and DGL from its channel's label for that pair, th<torch>_cu<CUDA>
-    (dglteam/label/th21_cu118). CUDA 11.8 has a label for every torch in the table (and runs on older drivers);
-    12.1 from torch 2.1."""
-    cuda = "12.1" if known == "cu121" and (major, minor) >= (2, 1) else "11.8"
+    (dglteam/label/th21_cu118). The page (dglai/dglai.github.io pages/start.html: the th labels came with its
+    2024-05-09 update, before which it gave one label per CUDA, dglteam/label/cu121) lists them for torch 2.1 to 2.4
+    with CUDA 11.8 and 12.1 (12.4 for 2.4 only) and never for torch 2.0, so torch 2.0 gets no conda route here."""
+    if (major, minor) < (2, 1):
+        return ""
+    cuda = "12.1" if known == "cu121" else "11.8"
     tag = f"th{major}{minor}_cu{cuda.replace('.', '')}"
-    other = ("" if cuda == "12.1" or (major, minor) < (2, 1) else
+    other = ("" if cuda == "12.1" else
              f" (th{major}{minor}_cu121 with pytorch-cuda=12.1 on a driver for CUDA 12)")
     return (f"; or a clean conda environment with the pair DGL builds together: conda create -n dgl python=3.10; "
             f"conda install pytorch={last} pytorch-cuda={cuda} -c pytorch -c nvidia; conda install -c "

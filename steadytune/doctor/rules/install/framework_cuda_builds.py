@@ -10,9 +10,11 @@ The tables:
     https://www.tensorflow.org/install/source_windows#gpu (Windows, same CUDA majors; native Windows GPU builds end
     with 2.10).
   - PaddlePaddle: the install pages per release, https://www.paddlepaddle.org.cn/documentation/docs/en/2.4/install/
-    pip/windows-pip_en.html (and linux-pip_en.html; 2.2's, 2.5's alike): the PyPI paddlepaddle-gpu of 2.0 to 2.5 is the
-    CUDA 10.2 / cuDNN 7.6 build; the others are X.Y.Z.postNNN from https://www.paddlepaddle.org.cn/whl/<os>/mkl/avx/
-    stable.html.
+    pip/windows-pip_en.html (and linux-pip_en.html; 2.2's, 2.5's alike): the PyPI paddlepaddle-gpu of 2.0 to 2.4 is the
+    CUDA 10.2 / cuDNN 7.6 build, of 2.5 and 2.6 the CUDA 11.8 / cuDNN 8.6 one (PaddlePaddle/docs release/2.5 and
+    release/2.6, docs/install/pip/linux-pip.md: "CUDA11.8 的 PaddlePaddle ... pip install paddlepaddle-gpu==2.5.2");
+    the others are X.Y.Z.postNNN from https://www.paddlepaddle.org.cn/whl/<os>/mkl/avx/stable.html (2.6: the
+    .../packages/stable/cuNNN/ index).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def _pypi_cuda(release: Optional[tuple[int, int]]) -> str:
     return "11.8" if release and release >= (2, 5) else "10.2"
 
 
+# (the cuDNN each CUDA build was made with; 11.2 was cuDNN 8.1.1 in 2.1 to 2.3's pages and 8.2.1 from 2.4's, the
+# major the same)
 _PADDLE_CUDNN = {"9.0": "7.6", "10.0": "7.6", "10.1": "7.6", "10.2": "7.6", "11.0": "8.0", "11.1": "8.1",
                  "11.2": "8.2", "11.6": "8.4", "11.7": "8.4", "11.8": "8.6", "12.0": "8.9"}
 

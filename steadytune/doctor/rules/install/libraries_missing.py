@@ -23,6 +23,7 @@ from steadytune.doctor.rules.base import (
 from steadytune.doctor.rules.install.onnxruntime_cuda import bundled_ort_fix
 from steadytune.doctor.rules.install.shared import _table_fix, hip_sdk_release
 from steadytune.doctor.rules.install.torch_build import _cudart_missing, _system_cuda_runtime
+from steadytune.doctor.fixes import therock_family
 
 
 # the user says they built the library themselves: "built and installed NCCL from the repo", make NCCL_HOME=<prefix>
@@ -620,13 +621,23 @@ def _own_torch_beside_rocm_wheels(ctx: Context) -> bool:
 
 
 def _rocm_wheel_folders(ctx: Context) -> tuple[str, str]:
-    """site-packages as the paste shows it (else the interpreter's), and the gfx target of the libraries wheel (the
-    index path /v2/gfx1151/, the machine's arch, else a placeholder)."""
+    """site-packages as the paste shows it (else the interpreter's), and the GPU family of the libraries wheel as its
+    folder spells it (the index path /v2/gfx110X-dgpu/, else the family of the machine's arch, else a placeholder).
+    TheRock names each wheel's Python folder "_" + the dist name with "-" made "_" (build_tools/packaging/python/
+    templates/rocm/src/rocm_sdk/_dist_info.py, get_py_package_name): rocm-sdk-libraries-gfx110X-dgpu installs
+    _rocm_sdk_libraries_gfx110X_dgpu, the family's case kept (the X is upper case)."""
     text = _text(ctx)
     site = re.search(r"(/\S*?/(?:site|dist)-packages)\b", text)
-    gfx = re.search(r"(?i)\b(gfx\d{2,4}[a-z0-9-]*)", text)
+    family = re.search(r"\b(gfx\d{2,4}X?(?:-[a-z]+)?)(?=/|\b)", text)   # a family as the index or wheel names it
+    if family is None or not ("X" in family.group(1) or "-" in family.group(1) or re.fullmatch(r"gfx115\d",
+                                                                                              family.group(1))):
+        arch = re.search(r"(?i)\b(gfx\d{2,4}[a-z0-9]*)", text)
+        named = therock_family(arch.group(1).lower()) if arch else None
+        folder = named.replace("-", "_") if named else (family.group(1) if family else "<gfx family>")
+    else:
+        folder = family.group(1).replace("-", "_")
     return (site.group(1) if site else "$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')",
-            gfx.group(1).lower() if gfx else "<gfx target>")
+            folder)
 
 
 @rule("rocm-libs-missing")
