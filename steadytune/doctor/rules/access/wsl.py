@@ -502,14 +502,21 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "(RDNA3 / RDNA4); on Windows itself use a path that supports it (DirectML: torch-directml, or a "
                      "Vulkan build of llama.cpp / Ollama)",
                      [f for f in (fact, arch_fact) if f], errors)
+    # (ROCm 6.x for WSL ships its /dev/dxg runtime as the hsa-runtime-rocr4wsl-amdgpu package, libhsa-runtime64 under
+    # /opt/rocm-<release>/lib: ROCm/legacy-rocm-build#3924, #4406 and #4682's dpkg -L; nix-community/NixOS-WSL#655 took
+    # its .deb apart for a distribution AMD does not package; ROCm 7 replaced it with librocdxg)
     # ROCr of the 7.2 packages enumerates the /dev/dxg GPU only with HSA_ENABLE_DXG_DETECTION=1 (TheRock #5283:
     # "ROCR needs HSA_ENABLE_DXG_DETECTION=1 so it can route through DXG"; later runtimes default it on, rocm-systems
     # #4216), so without it rocminfo says "hsa_init Failed" under WSL although librocdxg is installed
     runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: export HSA_ENABLE_DXG_DETECTION=1 (in ~/.bashrc too; "
                "ROCr looks for the /dev/dxg GPU only when it is set), install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
-               "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
-               "libhsa-runtime64.so that the torch wheel bundles with /opt/rocm/lib/libhsa-runtime64.so.1")
+               "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms; its "
+               "hsa-runtime-rocr4wsl-amdgpu package is the runtime that goes through /dev/dxg; on a distribution "
+               "without AMD's packages, such as NixOS or Arch, unpack that package's .deb from repo.radeon.com/amdgpu/"
+               "<release>/ubuntu/pool/main/h/hsa-runtime-rocr4wsl-amdgpu/ and put its opt/rocm-*/lib first on "
+               "LD_LIBRARY_PATH), then replace the libhsa-runtime64.so that the torch wheel bundles with "
+               "/opt/rocm/lib/libhsa-runtime64.so.1")
     return _make("wsl", "WSL 2: the ROCm runtime cannot see the GPU through /dev/dxg",
                  "under WSL 2 there is no /dev/kfd; only AMD's WSL runtime talks to the Windows driver through "
                  "/dev/dxg, and the stock Linux runtime (the one pytorch.org wheels bundle) finds no GPU",
