@@ -25,7 +25,7 @@ from steadytune.hardware.gpu_facts import override_for_arch
 _CUDA_INDEX = re.compile(r"\bpip3?\b.{0,200}?download\.pytorch\.org/whl/(nightly/)?(cu\d{3})\b")
 # the program not reaching the GPU: torch's own words (either build's), or the user's
 _NO_GPU = re.compile(r"(?i)No HIP GPUs are available|No CUDA GPUs are available|Found no NVIDIA driver|Torch not compiled "
-                     r"with CUDA|is_available\(\)\W{0,30}False|\bnot compatible\b|" + NOT_DETECTED.removeprefix("(?i)"))
+                     r"with CUDA|is_available\(\)[^\n]{0,30}\bFalse\b|\bnot compatible\b|" + NOT_DETECTED.removeprefix("(?i)"))
 
 
 def rocm_index_of_the_same_torch(label: str) -> Optional[str]:
