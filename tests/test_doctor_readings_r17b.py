@@ -74,6 +74,9 @@ NEGATIVES = [
     # the variable assigned first and working: no late-assignment reading
     ("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '1'\nimport torch\nprint(torch.cuda.device_count())  # 1, as "
      "expected", "set_device"),
+    # the assignment and a terminal mentioned, nothing said to be ignored: no late-assignment reading
+    ("I set os.environ['CUDA_VISIBLE_DEVICES'] = '2' in main.py and run it in the terminal; how do I log the loss "
+     "every 10 steps?", "set_device"),
     # a CUDA index on an NVIDIA card: not the ROCm reading
     ("RTX 3060, Ubuntu 22.04\npip install torch --index-url https://download.pytorch.org/whl/cu121\n"
      "torch.cuda.is_available() returns False", "whl/rocm"),

@@ -36,6 +36,8 @@ _IGNORED = re.compile(r"(?i)\balways\b.{0,40}\b(?:GPU|cuda|card|device|index)|\b
 _COMMAND_LINE = re.compile(r"(?i)\b(?:CUDA|HIP|ROCR)_VISIBLE_DEVICES=\S+\s+(?:python\w*|bash|sh|torchrun|accelerate)\b|"
                            r"\bin (?:the )?(?:bash|shell|terminal|command(?: line)?)\b|\bcommand[- ]line\b|"
                            r"\bexport (?:CUDA|HIP|ROCR)_VISIBLE_DEVICES\b")
+_WORKS = re.compile(r"(?i)\bworks?\b|\bworked\b|\bworking (?:fine|well)\b|\buse[sd]? (?:the )?(?:cuda|GPU|device|card)"
+                    r"\W{0,2}[1-9]|就可以|可以用|正常")
 # what initialises CUDA before the assignment: an import of torch (or a library built on it), a CUDA call
 _CUDA_STARTED = re.compile(r"\bimport torch\b|\btorch\.cuda\.(?:is_available|device_count|current_device|init)\(|"
                            r"\.cuda\(\)|\.to\([\"']cuda")
@@ -60,7 +62,8 @@ def visibility_set_after_cuda_started(ctx: Context) -> Optional[Diagnosis]:
     raw = (found.group(2) or found.group(4) or "").strip("\"'`")
     value = raw if re.fullmatch(r"\d+(?:,\d+)*", raw) else "<the GPU index>"
     ignored = _lines_matching(ctx, _IGNORED)
-    command_line = _COMMAND_LINE.search(text)
+    # (the command line counts where the user says it works there, not where it is only mentioned)
+    command_line = _COMMAND_LINE.search(text) and _WORKS.search(text)
     if not ignored and not command_line:
         return None
     started = [n for n, line in enumerate(ctx.sheet.lines, 1) if _CUDA_STARTED.search(line)]
