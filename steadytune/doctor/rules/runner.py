@@ -69,6 +69,7 @@ import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
+import steadytune.doctor.rules.install.cuda_index_on_amd  # noqa: E402,F401
 import steadytune.doctor.rules.install.aarch64_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_said_missing  # noqa: E402,F401
@@ -87,6 +88,7 @@ import steadytune.doctor.rules.install.companion_index  # noqa: E402,F401
 import steadytune.doctor.rules.install.requirements_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.app_torch  # noqa: E402,F401
+import steadytune.doctor.rules.install.app_rocm_pins  # noqa: E402,F401
 import steadytune.doctor.rules.install.webui_backend_flags  # noqa: E402,F401
 import steadytune.doctor.rules.install.directml_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.hidden_imports  # noqa: E402,F401
@@ -134,6 +136,7 @@ import steadytune.doctor.rules.install.nccl_library  # noqa: E402,F401
 import steadytune.doctor.rules.install.lmstudio_backends  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
+import steadytune.doctor.rules.machine.late_visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rocm_build_enumeration  # noqa: E402,F401
 import steadytune.doctor.rules.machine.gpu_selection  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401

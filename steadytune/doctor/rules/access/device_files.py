@@ -492,12 +492,17 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      "--group-add video --group-add render --security-opt seccomp=unconfined ... (or install the AMD "
                      "Container Toolkit and use --runtime=amd -e AMD_VISIBLE_DEVICES=all)",
                      [ctx.line_fact(errors[0])], errors)
+    # (nvidia-docker2: the meta package that configured docker for the toolkit, its last release part of toolkit
+    # 1.14.0, superseded by `nvidia-ctk runtime configure`: NVIDIA/nvidia-docker's deprecation notice and releases)
     if re.search(r"could not select device driver", text):
         return _make("device-access", "Docker has no GPU runtime",
                      "`--gpus` needs the NVIDIA Container Toolkit's hook, which is not installed (or docker was not "
                      "restarted after it was)",
                      "install the NVIDIA Container Toolkit: sudo apt-get install -y nvidia-container-toolkit; sudo "
-                     "nvidia-ctk runtime configure --runtime=docker; sudo systemctl restart docker; if docker is the "
+                     "nvidia-ctk runtime configure --runtime=docker; sudo systemctl restart docker (an older host "
+                     "whose toolkit has no nvidia-ctk: sudo apt-get install -y nvidia-docker2, the package that "
+                     "registered the nvidia runtime in /etc/docker/daemon.json up to toolkit 1.14, then restart "
+                     "docker); if docker is the "
                      "snap (snap list docker; it reads its own daemon.json, not /etc/docker, and loses the runtime "
                      "after a restart), remove the snap (sudo snap remove docker) and install Docker Engine from "
                      "Docker's apt repository, then configure the runtime again",

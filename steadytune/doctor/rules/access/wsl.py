@@ -405,6 +405,23 @@ _DRIVER_LIBRARY_MISSING = re.compile(r"(?i)libcuda\.so(?:\.1)?:? (?:not found|ca
                                      r"open) (?:the )?(?:library )?libcuda\.so")
 
 
+# In a conda environment the reporter's way out was conda's own CUDA stack for torch (THU-MIG/yolov10#395: pytorch
+# 2.0.1 with pytorch-cuda=11.8 from the pytorch and nvidia channels, in place of pip's wheels). The pytorch-cuda
+# release follows the cuDNN the failing library names: cuDNN 8 went with the CUDA 11.8 builds (torch 2.0-2.3), cuDNN 9
+# with the CUDA 12.4 ones (torch 2.4 and 2.5)
+_CUDNN_MAJOR = re.compile(r"libcudnn\w*\.so\.(\d)\b")
+
+
+def _conda_stack(text: str) -> str:
+    if not re.search(r"(?i)\bconda\b", text):
+        return ""
+    major = _CUDNN_MAJOR.search(text)
+    cuda = "12.4" if major and major.group(1) == "9" else "11.8"
+    return ("; in a conda environment, let conda bring torch with its CUDA libraries instead of pip's wheels: pip "
+            f"uninstall -y torch torchvision torchaudio; conda install pytorch torchvision torchaudio pytorch-cuda={cuda} "
+            "-c pytorch -c nvidia")
+
+
 @rule("wsl")
 def wsl(ctx: Context) -> Optional[Diagnosis]:
     cuda_lib = _lines_matching(ctx, _DRIVER_LIBRARY_MISSING)
@@ -412,7 +429,7 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
     # that load is what fails, and cuDNN reports it as its own library not loading
     cudnn = _lines_matching(ctx, r"(?i)(?:Could not|Unable to|cannot|can't) load (?:the )?library libcudnn_cnn_infer")
     # WSL said, or its driver folder shown (ldconfig -p listing /usr/lib/wsl/lib): the libcuda is WSL's own
-    if (cuda_lib or cudnn) and re.search(r"\bWSL|/usr/lib/wsl/lib\b", _text(ctx)):
+    if (cuda_lib or cudnn) and re.search(r"(?i)\bWSL|/usr/lib/wsl/lib\b", _text(ctx)):
         found = _make("wsl", "the WSL driver library is not on the loader path",
                       "under WSL 2 the NVIDIA driver's libcuda.so lives in /usr/lib/wsl/lib, which the loader does not "
                       "search here" + (" (cuDNN's libcudnn_cnn_infer loads libcuda when it starts, and reports that "
@@ -421,7 +438,7 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                       "starts the job (or link /usr/lib/wsl/lib/libcuda.so.1 next to the library that loads it, in "
                       "site-packages/nvidia/cudnn/lib); or refresh the loader's cache, which WSL's /etc/ld.so.conf.d/"
                       "ld.wsl.conf points at that folder: sudo ldconfig, then ldconfig -p | grep libcuda must list it; "
-                      "never install a Linux NVIDIA driver inside WSL", [],
+                      "never install a Linux NVIDIA driver inside WSL" + _conda_stack(_text(ctx)), [],
                       cuda_lib or cudnn)
         return _first(found) if cudnn and not cuda_lib else found
     joined = _text(ctx)
@@ -502,14 +519,21 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "(RDNA3 / RDNA4); on Windows itself use a path that supports it (DirectML: torch-directml, or a "
                      "Vulkan build of llama.cpp / Ollama)",
                      [f for f in (fact, arch_fact) if f], errors)
+    # (ROCm 6.x for WSL ships its /dev/dxg runtime as the hsa-runtime-rocr4wsl-amdgpu package, libhsa-runtime64 under
+    # /opt/rocm-<release>/lib: ROCm/legacy-rocm-build#3924, #4406 and #4682's dpkg -L; nix-community/NixOS-WSL#655 took
+    # its .deb apart for a distribution AMD does not package; ROCm 7 replaced it with librocdxg)
     # ROCr of the 7.2 packages enumerates the /dev/dxg GPU only with HSA_ENABLE_DXG_DETECTION=1 (TheRock #5283:
     # "ROCR needs HSA_ENABLE_DXG_DETECTION=1 so it can route through DXG"; later runtimes default it on, rocm-systems
     # #4216), so without it rocminfo says "hsa_init Failed" under WSL although librocdxg is installed
     runtime = ("ROCm 7 on WSL reaches the GPU through librocdxg: export HSA_ENABLE_DXG_DETECTION=1 (in ~/.bashrc too; "
                "ROCr looks for the /dev/dxg GPU only when it is set), install AMD's WSL driver stack (amdgpu-install "
                "--usecase=wsl,rocm --no-dkms) and keep librocdxg on the library path" if therock else
-               "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms), then replace the "
-               "libhsa-runtime64.so that the torch wheel bundles with /opt/rocm/lib/libhsa-runtime64.so.1")
+               "install AMD's ROCm for WSL (amdgpu-install -y --usecase=wsl,rocm --no-dkms; its "
+               "hsa-runtime-rocr4wsl-amdgpu package is the runtime that goes through /dev/dxg; on a distribution "
+               "without AMD's packages, such as NixOS or Arch, unpack that package's .deb from repo.radeon.com/amdgpu/"
+               "<release>/ubuntu/pool/main/h/hsa-runtime-rocr4wsl-amdgpu/ and put its opt/rocm-*/lib first on "
+               "LD_LIBRARY_PATH), then replace the libhsa-runtime64.so that the torch wheel bundles with "
+               "/opt/rocm/lib/libhsa-runtime64.so.1")
     return _make("wsl", "WSL 2: the ROCm runtime cannot see the GPU through /dev/dxg",
                  "under WSL 2 there is no /dev/kfd; only AMD's WSL runtime talks to the Windows driver through "
                  "/dev/dxg, and the stock Linux runtime (the one pytorch.org wheels bundle) finds no GPU",

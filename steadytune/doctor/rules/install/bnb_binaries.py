@@ -175,7 +175,11 @@ def bitsandbytes_rocm_library_tag(ctx: Context) -> Optional[Diagnosis]:
 # The import of bitsandbytes itself in a traceback ("File "...\site-packages\bitsandbytes\__init__.py", line 5"),
 # or the user asking whether it runs on Windows at all
 _BNB_IMPORTED = re.compile(r"(?i)[/\\]bitsandbytes[/\\]__init__\.py|^\s*import bitsandbytes\b")
-_WINDOWS_ASKED = re.compile(r"(?i)\bbitsandbytes\b.{0,60}\bwindows\b|\bwindows\b.{0,60}\bbitsandbytes\b")
+# (its name as people write it: bitsandbytes, bits_and_bytes, bits-and-bytes)
+_BNB_NAME = r"\bbits?[-_ ]?and[-_ ]?bytes\b"
+_WINDOWS_ASKED = re.compile(r"(?i)" + _BNB_NAME + r".{0,60}\bwindows\b|\bwindows\b.{0,60}" + _BNB_NAME)
+# (bitsandbytes-windows: the community build on PyPI of the releases before it, which projects pinned on Windows:
+# PromtEngineer/localGPT#265's requirements, huggingface/peft#431's answer)
 # releases before 0.43.0 published Linux wheels only (0.43.0 release notes: Windows officially supported; tool_fixes'
 # bitsandbytes row names the first Windows wheels)
 _FIRST_WINDOWS = (0, 43, 0)
@@ -187,7 +191,7 @@ def bitsandbytes_release_before_windows(ctx: Context) -> Optional[Diagnosis]:
     before 0.43 carried no Windows binary at all, so an older install (or one a program pins) breaks on import there.
     A release shown as 0.43 or newer is a different problem."""
     text = _text(ctx)
-    if "bitsandbytes" not in text.lower() or not on_windows(ctx, text) or any(e.family for e in ctx.errors):
+    if not re.search(r"(?i)" + _BNB_NAME, text) or not on_windows(ctx, text) or any(e.family for e in ctx.errors):
         return None
     lines = _lines_matching(ctx, _BNB_IMPORTED) or _lines_matching(ctx, _WINDOWS_ASKED)
     installed = _INSTALLED.search(text)
@@ -198,7 +202,9 @@ def bitsandbytes_release_before_windows(ctx: Context) -> Optional[Diagnosis]:
                  + (f" (this one is {installed.group(1)})" if installed else ""),
                  "pip uninstall -y bitsandbytes; pip install -U \"bitsandbytes>=0.43.0\" (the first release with "
                  "Windows support; its wheels carry the CUDA binaries); python -m bitsandbytes then shows what it "
-                 "loads", [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
+                 "loads; where a program pins a release before 0.43, the community Windows build of those releases "
+                 "stands in: pip uninstall -y bitsandbytes; pip install bitsandbytes-windows",
+                 [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
 
 
 # the loader of releases up to 0.43.0 (bitsandbytes/cuda_setup/main.py, removed in 0.43.1) searching the library

@@ -95,3 +95,46 @@ def extension_never_built(ctx: Context) -> Optional[Diagnosis]:
                      f"install {toolkit} with nvcc (nvcc --version must answer), export CUDA_HOME=/usr/local/cuda (or "
                      f"the toolkit's folder), then rebuild: {row.build}", [], [line])
     return None
+
+
+# The compiled module's import swallowed, then its first call: packages that import their extension in a try block
+# (GroundingDINO's ms_deform_attn: `try: from groundingdino import _C` / except: "Failed to load custom C++ ops.
+# Running on CPU mode Only!") fail later with a NameError on the module's name, at the first op that needs it
+_NAME_UNDEFINED = re.compile(r"NameError: name '(_C|_ext)' is not defined|Failed to load custom C\+\+ ops")
+# the install the user ran (or says they ran) from the package's checkout: setup.py or pip from the folder
+_SOURCE_INSTALL = re.compile(r"(?i)setup\.py (?:install|develop|build)|pip install (?:--no-build-isolation )?(?:-e )?\.")
+
+
+@rule("torch-build")
+def extension_import_swallowed(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: the NameError on `_C` / `_ext` (or the package's own "Failed to load custom C++ ops"). The package
+    was installed, but its compiled module was not built into it: setup.py builds the CUDA extension only when it runs
+    where torch has CUDA and CUDA_HOME names the toolkit, and otherwise installs the Python part alone (or keeps an
+    old build/ folder made without them). The fix rebuilds it in the CUDA environment, build first, so the compile's
+    own errors show (IDEA-Research/Grounded-Segment-Anything#360: `python setup.py build` then `install` in the CUDA
+    environment compiled the _C .so)."""
+    lines = _lines_matching(ctx, _NAME_UNDEFINED)
+    if not lines:
+        return None
+    text = "\n".join(ctx.sheet.lines)
+    module = next((m.group(1) for l in lines if (m := re.search(r"name '(\w+)'", l.line))), "_C")
+    row = next((r for r in _BUILDS if re.search(r"(?i)" + re.escape(r.package.split()[0]), text)
+                and not r.package.startswith("the ")), None)
+    if row is None and re.search(r"(?i)ms_deform_attn", text):
+        row = next(r for r in _BUILDS if r.package == "GroundingDINO")
+    package = row.package if row else "the package"
+    tried = _SOURCE_INSTALL.search(text)
+    cuda = next((f.value for f in ctx.sheet.of("cuda")), None)
+    home = f"/usr/local/cuda-{cuda}" if cuda else "/usr/local/cuda"
+    return _make("torch-build", f"{package}'s compiled {module} module was never built",
+                 f"{package} imports its compiled {module} module in a try block and goes on without it, so the first "
+                 f"op that needs it fails with this NameError; the install "
+                 + ("the paste shows " if tried else "") + "ran where the CUDA build was skipped (torch without CUDA "
+                 "in that environment, CUDA_HOME unset, or an old build/ folder made without them), leaving the "
+                 "package without the extension",
+                 f"in the environment that runs it (the notebook's kernel: its python), check python -c 'import "
+                 "torch; print(torch.cuda.is_available(), torch.version.cuda)' prints True and the CUDA of nvcc "
+                 f"--version; then in {package}'s checkout: export CUDA_HOME={home}; rm -rf build; python setup.py "
+                 "build (its output must show the CUDA sources compiling, with no error), then python setup.py "
+                 "install (or pip install --no-build-isolation -e .); restart the kernel and import it again",
+                 [ctx.line_fact(lines[0])], lines[:1])

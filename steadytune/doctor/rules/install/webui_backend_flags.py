@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import (Context, Diagnosis, _first, _lines_matching, _make, on_windows, _text, _vendor,
+                                          rule)
 
 
 # the backend named the old way: --backend directml / --backend=zluda ...
@@ -82,3 +83,42 @@ def sdnext_backend_after_install(ctx: Context) -> Optional[Diagnosis]:
                  f"start it once with {flag} --reinstall (webui.bat {flag} --reinstall; on Linux ./webui.sh), which "
                  f"replaces torch with the {backend} build, then start with {flag} alone; or delete the venv folder "
                  f"and start with {flag}", [ctx.line_fact(on_cpu[0])], on_cpu[:1])
+
+
+# SD.Next's own log, which names it where the paste does not: its engine line ("Engine: backend=Backend.DIFFUSERS
+# compute=cpu ..."), its torch line ("Torch: torch==2.8.0+cpu torchvision==..."), its overrides line
+_SDNEXT_LOG = re.compile(r"\bEngine: backend=Backend\.\w+|\bINFO\s+Torch: torch==|\bTorch overrides:")
+_CPU_BUILD = re.compile(r"(?i)\btorch==\S+\+cpu\b|\bcompute=cpu\b")
+
+
+@rule("torch-build")
+def sdnext_cpu_torch(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: SD.Next (named, or its own log lines), its log showing a CPU torch (torch==X+cpu, compute=cpu), and
+    no CPU asked for (--use-cpu). SD.Next's installer chose that torch on a first start that found no GPU backend (a
+    launcher's install, a start without the flag); it keeps it until --reinstall (vladmandic/sdnext#4232: relaunching
+    with --reinstall replaced the +cpu torch with the CUDA build)."""
+    text = _text(ctx)
+    if not (_SDNEXT.search(text) or _SDNEXT_LOG.search(text)) or re.search(r"--use-cpu\b", text):
+        return None
+    if _ASKED.search(text):
+        return None   # a backend flag given: sdnext_backend_after_install's reading
+    said = _lines_matching(ctx, _CPU_BUILD)
+    if not said:
+        return None
+    vendor = _vendor(ctx)
+    windows = on_windows(ctx, text)
+    if vendor == "amd":
+        flag = "--use-zluda" if windows else "--use-rocm"
+    elif vendor == "nvidia":
+        flag = "--use-cuda"
+    else:
+        flag = "--use-cuda (NVIDIA; an AMD GPU: --use-rocm on Linux, --use-zluda on Windows; Intel: --use-ipex)"
+    start = "webui.bat" if windows else "./webui.sh"
+    return _first(_make("torch-build", "SD.Next runs on the CPU build of torch its installer chose",
+                        "SD.Next's log shows torch's CPU build in its venv (compute=cpu): its installer picks torch on "
+                        "the first start (or a launcher's install) and keeps it on every later start, so the GPU stays "
+                        "unused until the installer is told to replace it",
+                        f"start it once with {start} --reinstall and the backend flag for the GPU, {flag}: the "
+                        "installer then replaces the CPU torch with that backend's build; afterwards start it as "
+                        "usual (or delete the venv folder and start again with the flag)",
+                        [ctx.line_fact(said[0])], said[:1]))

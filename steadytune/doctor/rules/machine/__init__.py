@@ -1,6 +1,7 @@
 """Rules about the machine, one module per reading:
 
   visibility   which GPUs a process sees: the visibility variables, mixed cards' order, a second GPU or Vulkan layer
+  late_visibility  a visibility variable assigned from Python after CUDA / HIP started (env-not-applied)
   gpu_selection  which visible GPUs a tool loads onto: device_map auto, one of several, ggml's --device list,
                  torch on ROCm counting GPUs ROCR_VISIBLE_DEVICES hid
   apu_memory   an APU's GPU memory: the carve-out and the GTT pool

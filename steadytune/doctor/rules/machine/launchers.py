@@ -34,7 +34,8 @@ import re
 from typing import Optional
 
 from steadytune.doctor.fixes import INFERENCE_TOOLS
-from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, _vendor, rule
+from steadytune.doctor.rules.base import (Context, Diagnosis, _first, _lines_matching, _make, on_windows, _text, _vendor,
+                                          rule)
 
 # training on several GPUs asked for, or one busy while the others idle, in English and Chinese
 _SEVERAL_ASKED = re.compile(
@@ -52,7 +53,10 @@ _ERRORS_OF_OTHERS = ("visibility", "multi-gpu-transport", None)
 
 # launchers, by the words that name them (a source path of the tool counts: src/train_web.py is LLaMA-Factory's)
 _SWIFT = re.compile(r"(?i)\bswift (?:sft|pt|rlhf|infer)\b|\bms-swift\b|modelscope/swift")
-_LLAMAFACTORY = re.compile(r"(?i)llama[-_ ]?factory|llamafactory-cli|src/train_(?:web|bash)\.py")
+# (LLaMA-Factory's own layout names it too: src/train.py given a YAML config, its examples/ folders of YAML configs)
+_LLAMAFACTORY = re.compile(r"(?i)llama[-_ ]?factory|llamafactory-cli|src[/\\](?:train_(?:web|bash)\.py|train\.py\s+\S+"
+                           r"\.ya?ml\b)|\bexamples[/\\](?:lora_multi_gpu|full_multi_gpu|train_lora|train_qlora|"
+                           r"train_full)[/\\]\S+\.ya?ml\b")
 _TORCHTUNE = re.compile(r"(?i)\btorchtune\b|\btune run\b")
 _LIGHTNING = re.compile(r"(?i)\bpytorch[_-]lightning\b|\blightning\.(?:pytorch|Trainer)\b|\bLightningModule\b|"
                         r"\bimport lightning\b")
@@ -110,12 +114,19 @@ def _several_gpus_asked(ctx: Context) -> Optional[Diagnosis]:
                      f"visible GPU; {name}={ids} chooses which), started with python or srun as usual", [], said[:1],
                      confirmed=False)
     if _LLAMAFACTORY.search(text):
+        config = re.search(r"\S+\.ya?ml\b", text)
+        config = config.group(0).lstrip(".\\/") if config else "<your config>.yaml"
+        # the variable set the way the paste's shell sets it (cmd's `set`, PowerShell's $env:), else on the command
+        windows = on_windows(ctx, text) or bool(re.search(r"(?m)^\s*set \w+=|\$env:|\.\\", text))
+        start = (f"set {name}={ids} (PowerShell: $env:{name}=\"{ids}\"), then llamafactory-cli train {config}"
+                 if windows else f"{name}={ids} llamafactory-cli train {config}")
         return _make("visibility", "LLaMA-Factory trains on the GPUs it can see",
                      "there is no config key for the GPU count: llamafactory-cli starts torchrun with one process per "
-                     "visible GPU (NPROC_PER_NODE overrides the count), and the web UI launches training the same way",
-                     f"{name}={ids} llamafactory-cli train <your config>.yaml (the web UI: {name}={ids} "
-                     "llamafactory-cli webui; an old checkout started with python src/train_web.py: update "
-                     "LLaMA-Factory first)", [], said[:1], confirmed=False)
+                     "visible GPU (NPROC_PER_NODE overrides the count), and the web UI launches training the same way; "
+                     "python src/train.py runs a single process, which uses one GPU whatever is visible",
+                     f"{start} (not python src/train.py; the web UI: llamafactory-cli webui with the same variable; an "
+                     "old checkout started with python src/train_web.py: update LLaMA-Factory first)", [], said[:1],
+                     confirmed=False)
     return _make("visibility", "a script started with python runs one process on one GPU",
                  "`python script.py` starts one process, which uses one GPU (accelerate reports \"Distributed "
                  "environment: NO, Num processes: 1\"); training on several GPUs needs one process per GPU, started by "

@@ -173,8 +173,21 @@ def _stalls_after_nccl_setup(ctx: Context) -> Optional[Diagnosis]:
                  "confirm with NCCL_P2P_DISABLE=1 (it runs, slower); then turn the IOMMU off or to pass-through "
                  "(intel_iommu=off or iommu=pt on the kernel command line, or VT-d off in the BIOS) and ACS off (BIOS, "
                  "or setpci per bridge; sudo lspci -vvv | grep -i acsctl shows SrcValid+ where it is on), as NCCL's "
-                 "troubleshooting guide says; then check with nccl-tests' all_reduce_perf", [], set_up[:1],
+                 "troubleshooting guide says; then check with nccl-tests' all_reduce_perf; to train meanwhile, "
+                 f"{_gloo_switch(text)} (gloo moves the tensors through host memory, never GPU to GPU)", [], set_up[:1],
                  confirmed=False)
+
+
+# torch.distributed's gloo backend needs no peer path between the GPUs (it copies through the host): where NCCL's
+# transfers stall it runs, slower, which both confirms the transport and lets the job train (Lightning's DDPStrategy
+# takes process_group_backend="gloo": Lightning-AI/pytorch-lightning#16614, where that let 8 GPUs train)
+def _gloo_switch(text: str) -> str:
+    if re.search(r"(?i)lightning\b|\bLightningModule\b", text):
+        return ("switch DDP to the gloo backend: Trainer(strategy=DDPStrategy(process_group_backend=\"gloo\")) "
+                "(from lightning.pytorch.strategies import DDPStrategy)")
+    if re.search(r"(?i)\baccelerate\b|\bdeepspeed\b", text):
+        return "start torch.distributed with the gloo backend (init_process_group(backend=\"gloo\"))"
+    return "switch the process group to the gloo backend: torch.distributed.init_process_group(backend=\"gloo\")"
 
 
 # (ASCII edges: "提示bus error" has a Chinese character, a word character to re, before "bus")
@@ -504,4 +517,6 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                  "peer-to-peer transfers between the GPUs fail or hang (the IOMMU in translation mode, PCIe ACS, or "
                  "a platform without P2P)", "rerun with NCCL_DEBUG=INFO (the line before the failure names the "
                  "transport: P2P, SHM, NET); confirm with NCCL_P2P_DISABLE=1 (slower, but it runs), then add iommu=pt "
-                 "to the kernel command line and turn ACS off in the BIOS", [ctx.line_fact(errors[0])], errors)
+                 "to the kernel command line and turn ACS off in the BIOS" +
+                 (f"; to train meanwhile, {_gloo_switch(joined)}" if _STALL_SAID.search(joined) else ""),
+                 [ctx.line_fact(errors[0])], errors)
