@@ -480,7 +480,7 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     if ptxas is not None:
         return ptxas
     confirmed = True
-    nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)[af]?'", " ".join(e.line for e in errors))
+    nvcc = re.search(r"(?i)Unsupported gpu architecture:? ['\"`]?compute_(\d+)[af]?\b", " ".join(e.line for e in errors))
     toolkit = next((int(v.split(".")[0]) for v in reversed(ctx.sheet.values("cuda"))), None)
     if nvcc and toolkit and int(nvcc.group(1)) < _NVCC_OLDEST.get(toolkit, 0):
         # the build asks for an arch older than this toolkit compiles: build for the GPU itself instead
