@@ -180,7 +180,10 @@ def _says_no_gpu(lines: list[str], number: int) -> bool:
 _STRONG = re.compile(r"(?i)\b(?:[A-Z]\w*(?:Error|Exception))\b|\berror\b|\bfatal\b|\bfailed\b|segmentation fault|Speicherzugriffsfehler|Erreur de segmentation|Violaci[oó]n de segmento|Errore di segmentazione|段错误|核心已转储|セグメンテーション違反|Ошибка сегментирования|\bseg ?fault(?:ed|s|ing)?\b|"
                      r"core dumped|\baborted\b|permission denied|undefined symbol|out of memory|not supported|"
                      r"terminate called|\bpanic\b|cannot open|no such file|\bkilled\b|timed? ?out|level=ERROR|"
-                     r"\binvalid\b|\bunable to\b|\bcould not\b" + _GENERIC_FAILURES)
+                     r"\binvalid\b|\bunable to\b|\bcould not\b|"
+                     # rocminfo's own failure line ("hsa api call failure at ...", retold "hsa api call failure,
+                     # returned 4104"): an error whatever else the line says
+                     r"\bhsa api call failure\b" + _GENERIC_FAILURES)
 
 
 def _is_error_proper(line: str) -> bool:
