@@ -644,8 +644,11 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
             return _make("arch-missing", f"{tool or 'a library'} has no code for {arch} even with the override",
                          f"{OVERRIDE}={value} is in force, and the code that failed was built without {_target(value)} "
                          f"and {arch}", line, [where, ctx.override()], errors)
-    if ctx.sheet.is_windows and tool == "ollama" and arch in ctx.sheet.values("built_for"):
-        return None   # the Ollama build in use is said to ship this arch's libraries (ollama-for-amd's per-arch rocBLAS)
+    if ctx.sheet.is_windows and tool == "ollama" and arch in ctx.sheet.values("built_for") and \
+            OVERRIDE in _text(ctx):
+        # the Ollama build in use is said to ship this arch's libraries (ollama-for-amd's per-arch rocBLAS) beside an
+        # override in the environment: the leftover override's reading (overrides.py), not missing code
+        return None
     return _make("arch-missing", f"{tool or 'the build'} has no code for {arch}",
                  _arch_cause(arch, tool, ctx), _arch_fix(arch, tool, ctx), [where, ctx.line_fact(errors[0])], errors,
                  confirmed=confirmed)
