@@ -79,7 +79,11 @@ _NOT_ERRORS = re.compile(
     r"|\bRAS\b.*\bN/A\b|^\s*(?:GPU|Device)\s+(?:Temp|Node|NODE|DID)\b"    # smi table headers
     r"|level=(?:INFO|DEBUG)\b(?!.*\berror=)|\bINFO\b\s*[:\]-](?!.*\b(?:failed|error)\b)"
     r"|^\s*File \"[^\"]+\", line \d+|^\s*\^+\s*$|^\s*~+\s*$"           # traceback frames
-    r"|(?:warn|print)\(|(?-i:^\s*(?:def|class|import|from|return|if|raise)\b)"   # code, not output
+    r"|(?:warn|print)\(|(?-i:^\s*(?:def|class|return|raise)\b)"   # code, not output
+    # an import statement or an `if` line ending its block with ":"; "import torch gives: A module that was compiled
+    # ..." or "if I run it I get CUDA error: ..." is a sentence that quotes the error
+    r"|(?-i:^\s*import\s+[\w.]+(?:\s+as\s+\w+)?(?:\s*,\s*[\w.]+(?:\s+as\s+\w+)?)*\s*(?:[;#].*)?$)"
+    r"|(?-i:^\s*from\s+\.*[\w.]*\s+import\b)|(?-i:^\s*if\b.*:\s*(?:#.*)?$)"
     r"|\bFeature:\s*None specified|Fast f16|Coherent Host Access|^\s*Uuid:"
     # a user saying memory is NOT the problem ("I'm not running out of vram either") says the opposite of an OOM
     r"|\b(?:not|never|isn't|wasn't)\s+(?:\w+\s+)?out of (?:GPU |video |V)?(?:memory|RAM)\b")
@@ -176,7 +180,10 @@ def _says_no_gpu(lines: list[str], number: int) -> bool:
 _STRONG = re.compile(r"(?i)\b(?:[A-Z]\w*(?:Error|Exception))\b|\berror\b|\bfatal\b|\bfailed\b|segmentation fault|Speicherzugriffsfehler|Erreur de segmentation|Violaci[oó]n de segmento|Errore di segmentazione|段错误|核心已转储|セグメンテーション違反|Ошибка сегментирования|\bseg ?fault(?:ed|s|ing)?\b|"
                      r"core dumped|\baborted\b|permission denied|undefined symbol|out of memory|not supported|"
                      r"terminate called|\bpanic\b|cannot open|no such file|\bkilled\b|timed? ?out|level=ERROR|"
-                     r"\binvalid\b|\bunable to\b|\bcould not\b" + _GENERIC_FAILURES)
+                     r"\binvalid\b|\bunable to\b|\bcould not\b|"
+                     # rocminfo's own failure line ("hsa api call failure at ...", retold "hsa api call failure,
+                     # returned 4104"): an error whatever else the line says
+                     r"\bhsa api call failure\b" + _GENERIC_FAILURES)
 
 
 def _is_error_proper(line: str) -> bool:

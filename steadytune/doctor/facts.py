@@ -168,6 +168,10 @@ def _driver(line: str):
     m = re.search(r"Driver Version:\s*(\d{3}\.\d+(?:\.\d+)?)", line)
     if m:
         yield "driver", m.group(1), "nvidia"
+    else:   # told in words: "nvidia driver 396.26", "Driver is 525.60.13" (NVIDIA's three-digit branch and its release)
+        m = re.search(r"(?i)\b(?:nvidia |geforce )?driver (?:version )?(?:is |was |of |= ?|: ?)?v?(\d{3}\.\d{2,3}(?:\.\d{2})?)\b", line)
+        if m and not re.search(r"(?i)\bamdgpu|\bradeon|adrenalin", line):
+            yield "driver", m.group(1), "nvidia"
     # (the failure close to the package's name: a sentence that mentions installing it and, later, some error is not)
     if re.search(r"\bamdgpu-dkms\b.{0,80}(?<!the )(?<!an )(?<!this )\b(?:failed|error)|\bBad return status for module build\b|dkms.*\bfailed\b", line,
                  re.IGNORECASE):
@@ -508,7 +512,11 @@ def _versions(line: str):
     if m:
         yield "hip", m.group(1), ""
     for m in re.finditer(r"\+cu(\d{2,3})\b|\bCUDA Version:\s*(\d+\.\d)|(?i:\bcuda\s+(?:toolkit\s+)?(?:version\s+)?is\s+v?(\d{1,2}\.\d))\b|\bcuda[_-]v?(\d+\.\d)|CUDA used to build "
-                         r"PyTorch:\s*(\d+\.\d)|\bcu(\d{3})\b", line):
+                         r"PyTorch:\s*(\d+\.\d)|\bcu(\d{3})\b|"
+                         # told in words: "CUDA 12.6", "cuda12.4", "CUDA: 11.8", "CUDA toolkit 12.1", "CUDA/cuDNN
+                         # version: 10.2.89" (a release of the 9 to 13 lines; not "CUDA 1.2 GB" or a compute capability)
+                         r"(?i:(?<![\w/-])cuda(?:[ -]?toolkit|/cudnn)?(?: version)?\s*[:=]?\s*v?((?:9|1[0-3])\.\d)(?:\.\d+)*\b"
+                         r"(?!\s*(?:GB|MB|GiB|%)))", line):
         groups = [g for g in m.groups() if g]
         raw = groups[0]
         yield "cuda", raw if "." in raw else f"{raw[:-1]}.{raw[-1]}", ""

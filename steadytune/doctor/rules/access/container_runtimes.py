@@ -249,7 +249,7 @@ def _toolbox_without_devices(ctx: Context, text: str) -> Optional[Diagnosis]:
 
 
 # cudart's error 35 (cudaErrorInsufficientDriver) in its words and number
-_INSUFFICIENT = re.compile(r"(?i)driver version is insufficient for CUDA runtime|cudaErrorInsufficientDriver|"
+_INSUFFICIENT = re.compile(r"(?i)driver version is insufficient for (?:the )?CUDA runtime|cudaErrorInsufficientDriver|"
                            r"\breturned 35\b|\(35 vs\. 0\)")
 # the container asked for the GPU: the toolkit's flags, runtime, variable, compose and Kubernetes keys
 _GPU_ASKED = re.compile(r"(?i)--gpus\b|--runtime[= ]nvidia|NVIDIA_VISIBLE_DEVICES|capabilities: *\[ *gpu|"

@@ -480,7 +480,7 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
     if ptxas is not None:
         return ptxas
     confirmed = True
-    nvcc = re.search(r"(?i)Unsupported gpu architecture 'compute_(\d+)[af]?'", " ".join(e.line for e in errors))
+    nvcc = re.search(r"(?i)Unsupported gpu architecture:? ['\"`]?compute_(\d+)[af]?\b", " ".join(e.line for e in errors))
     toolkit = next((int(v.split(".")[0]) for v in reversed(ctx.sheet.values("cuda"))), None)
     if nvcc and toolkit and int(nvcc.group(1)) < _NVCC_OLDEST.get(toolkit, 0):
         # the build asks for an arch older than this toolkit compiles: build for the GPU itself instead
@@ -644,6 +644,11 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
             return _make("arch-missing", f"{tool or 'a library'} has no code for {arch} even with the override",
                          f"{OVERRIDE}={value} is in force, and the code that failed was built without {_target(value)} "
                          f"and {arch}", line, [where, ctx.override()], errors)
+    if ctx.sheet.is_windows and tool == "ollama" and arch in ctx.sheet.values("built_for") and \
+            OVERRIDE in _text(ctx):
+        # the Ollama build in use is said to ship this arch's libraries (ollama-for-amd's per-arch rocBLAS) beside an
+        # override in the environment: the leftover override's reading (overrides.py), not missing code
+        return None
     return _make("arch-missing", f"{tool or 'the build'} has no code for {arch}",
                  _arch_cause(arch, tool, ctx), _arch_fix(arch, tool, ctx), [where, ctx.line_fact(errors[0])], errors,
                  confirmed=confirmed)

@@ -11,7 +11,12 @@ from typing import Optional
 from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.base import _APU_ARCHS, Context, Diagnosis, _lines_matching, _make, rule
 
-_EMPTY_LIST = re.compile(r"amdgpu is not supported \(supported types:\s*\[\s*\]\)")
+_EMPTY_LIST = re.compile(r"amdgpu is not supported \(supported types:\s*\[\s*\]\)|"
+                         # retold: the message without its list, or the list said to be empty
+                         r"(?i:amdgpu is not supported(?!\W{0,3}\(?supported types:?\s*\[\s*gfx))")
+# the override said to have been tried in words ("HSA_OVERRIDE_GFX_VERSION did nothing", "setting the override doesn't help")
+_TRIED = re.compile(r"(?i)(?:HSA_OVERRIDE_GFX_VERSION|\boverride)\b.{0,40}?\b(?:did ?n.t|does ?n.t|did nothing|does nothing|"
+                    r"no (?:effect|help|luck|difference)|not help|(?:is|was) ignored)")
 _REJECTED = re.compile(r"amdgpu is not supported \(supported types:[^)]*\)\"?\s+gpu_type=(gfx[0-9a-f]+)")
 
 
@@ -24,7 +29,8 @@ def ollama_windows_accepts_no_amd_gpu(ctx: Context) -> Optional[Diagnosis]:
         return None
     rejected = sorted(set(re.findall(_REJECTED.pattern, "\n".join(ctx.sheet.lines)))) or \
         [f.value for f in ctx.sheet.of("arch") if f.value.startswith("gfx")][:1]
-    tried = ctx.override() is not None or _lines_matching(ctx, r"skipping rocm gfx compatibility check")
+    tried = ctx.override() is not None or _lines_matching(ctx, r"skipping rocm gfx compatibility check") or \
+        _lines_matching(ctx, _TRIED)
     if not tried or not any(arch in _APU_ARCHS for arch in rejected):
         # an empty list with no override in sight is one left in the Windows environment (overrides.py); a
         # discrete card may run once it is removed. An integrated GPU, with the override tried, has no ROCm path

@@ -48,11 +48,16 @@ def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
         return None
     if ctx.tool() != "ollama":
         return None
-    empty = _lines_matching(ctx, r"amdgpu is not supported \(supported types:\s*\[\]\)")
+    empty = _lines_matching(ctx, r"amdgpu is not supported \(supported types:\s*\[\]\)|"
+                                 r"(?i:amdgpu is not supported\W{1,3}supported types (?:is |are )?(?:empty|none)\b)")
     leftover = ctx.override() is not None or bool(re.search(r"(?i)system environment variables?|environment variables? "
-                                                             r"(?:for|of) (?:the )?(?:system|user)", _text(ctx)))
+                                                             r"(?:for|of) (?:the )?(?:system|user)|"
+                                                             # told in words: "I still have it set system-wide"
+                                                             + OVERRIDE + r"\b.{0,30}\bset (?:system[- ]wide|globally|"
+                                                             r"in (?:the |my )?(?:user |system )?env)", _text(ctx)))
     refused = empty or ctx.of("arch-missing") or [f for f in ctx.sheet.of("complaint") if f.value == "yes"] or \
-        _lines_matching(ctx, r"(?i)(?:last|latest|newer|older) version .{0,40}support")
+        _lines_matching(ctx, r"(?i)(?:last|latest|newer|older) version .{0,40}support|amdgpu is not supported|"
+                             r"\bstopped working\b|\b(?:runs?|running|falls? back to|fell back to) (?:on )?(?:the )?CPU\b")
     if not (empty or (leftover and refused)):
         return None
     arch, where = ctx.arch(ctx.errors)
@@ -101,7 +106,7 @@ def _rejected_override(ctx: Context) -> Optional[Diagnosis]:
 
 @rule("override-wrong")
 def override_wrong(ctx: Context) -> Optional[Diagnosis]:
-    leftover = _windows_ollama_leftover(ctx) or _rejected_override(ctx)
+    leftover = _windows_ollama_leftover(ctx) or _rejected_override(ctx) or _override_said_to_rename(ctx)
     if leftover is not None:
         return leftover
     # "export HSA_OVERRIDE_GFX_VERSION = 10.3.0": the shell reads three words, sets nothing ("not a valid identifier")
@@ -135,7 +140,9 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
     tool = ctx.tool(symptoms)
     if target is None:
         # the GPU, not the gfx name the user wrote into the variable ("=gfx1030" is read as an arch too)
-        gpus = [a for a in archs if any(f.value == a and f.line_no != setting.line_no for f in ctx.sheet.of("arch"))]
+        # (an arch read from a GPU model the same sentence names counts: "my RX 6700 XT ... with =gfx1031")
+        gpus = [a for a in archs if any(f.value == a and (f.line_no != setting.line_no or f.detail == "from the gpu")
+                                        for f in ctx.sheet.of("arch"))]
         arch = gpus[0] if gpus else None
         good = override_value(arch, tool)[0] if arch else None
         written = re.fullmatch(r"(?i)gfx\w+", value.strip("\"'"))
@@ -261,6 +268,29 @@ def _agents_share_a_target(ctx: Context) -> Optional[Diagnosis]:
                   "from 1)", [other], lines)
     found.rank = 0   # the iGPU reading (hide it) would neither explain nor undo what reaches every agent
     return found
+
+
+def _override_said_to_rename(ctx: Context) -> Optional[Diagnosis]:
+    """Told in words, not a listing: an override in force and a GPU of another chip named beside the override's target
+    as what it is reported as ("reports my Radeon 890M iGPU as gfx1100", "lists both as gfx1201"): the override
+    applies to every agent, so that GPU runs the target's code."""
+    setting = ctx.override()
+    target = _target(setting.value.split("=", 1)[1]) if setting is not None else None
+    if target is None:
+        return None
+    said = re.compile(rf"(?i)\bas {target}\b|\b{target}\b.{{0,12}}\b(?:twice|for (?:both|all|every))\b")
+    for f in ctx.sheet.of("gpu"):
+        if f.detail.startswith("gfx") and _family_of(f.detail) != _family_of(target) and said.search(f.line):
+            found = _make("override-wrong", f"every GPU reports {target}",
+                          f"{OVERRIDE}={setting.value.split('=', 1)[1]} is in force and applies to every agent, so "
+                          f"{f.value} ({f.detail}) is reported as {target} and runs its code",
+                          f"unset {OVERRIDE} (look in ~/.bashrc, /etc/environment, the service unit or the container's "
+                          "environment), then check rocminfo lists each GPU's own target; to keep an override for one "
+                          f"card only, name it per device ({OVERRIDE}_<node>, the GPU's KFD node: the CPU is node 0, so "
+                          "GPUs count from 1)", [f, setting], [ErrorLine(f.line_no, f.line, None)])
+            found.rank = 0   # as the listing's reading: hiding the iGPU would not undo what reaches every agent
+            return found
+    return None
 
 
 @rule("override-hidden")

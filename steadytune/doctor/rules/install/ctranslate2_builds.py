@@ -22,7 +22,7 @@ _LAST_CUDA11 = "3.24.0"
 _FIRST_CUDA12_DRIVER = 525
 
 _CT2_NAMED = re.compile(r"(?i)ctranslate2|faster[-_ ]whisper|whisperx|whisper-?ctranslate2|CUDA failed with error")
-_DRIVER_TOO_OLD = re.compile(r"(?i)CUDA driver version is insufficient for CUDA runtime version|"
+_DRIVER_TOO_OLD = re.compile(r"(?i)CUDA driver version is insufficient for (?:the )?CUDA runtime version|"
                              r"driver (?:on your system )?is too old")
 _CT2_VERSION = re.compile(r"(?i)\bctranslate2\s{0,3}(?:==|version:?|v)?\s{0,3}(\d+)\.(\d+)\.(\d+)")
 _DRIVER_CUDA = re.compile(r"(?i)CUDA Version:\s{0,3}(\d+)\.(\d+)|nvidia/cuda:(\d+)\.(\d+)")

@@ -66,12 +66,13 @@ _LOAD_FAILED = re.compile(r"(?i)cannot open shared object|Could not load dynamic
                           r"DLL load failed|Cannot load \w+ shared library|dso_handle should not be null|"
                           r"\b(?:missing|can't find|cannot find|could not find|not found|找不到|缺少)\b")
 
-_TF = re.compile(r"(?i)\btensorflow|\btf-nightly")
+# (TensorFlow's short name counts where a release follows it: "tf 2.1", "**TF:** 2.13")
+_TF = re.compile(r"(?i)\btensorflow|\btf-nightly|\bTF\b(?=\W{0,6}v?\d\.\d)")
 _PADDLE = re.compile(r"(?i)\bpaddle")
 # the framework's release: "TensorFlow version: 1.6", "tensorflow-gpu==1.13.1", "TensorFlow-GPU 1.13.1",
 # "TensorFlow version (you are using): 2.2.0-rc4", "paddlepaddle-gpu：2.4.2", "PaddlePaddle version    2.0.2"
-_TF_RELEASE = re.compile(r"(?i)\b(?:tensorflow(?:[-_]gpu)?|tf-nightly(?:-gpu)?)(?:\s+version)?(?:\s*\([^)\n]{0,40}\))?"
-                         r"\s*(?:==|[:：=]|\s)\s*v?(\d)\.(\d{1,2})(?:\.\d+)?((?:-?(?:rc|dev)\d*)?)")
+_TF_RELEASE = re.compile(r"(?i)\b(?:tensorflow(?:[-_]gpu)?|tf-nightly(?:-gpu)?|tf)(?:\s+version)?(?:\s*\([^)\n]{0,40}\))?"
+                         r"(?:\*\*)?\s*(?:==|[:：=]|\s)\s*(?:\*\*\s*)?v?(\d)\.(\d{1,2})(?:\.\d+)?((?:-?(?:rc|dev)\d*)?)")
 _PADDLE_RELEASE = re.compile(r"(?i)\bpaddle(?:paddle)?(?:[-_]gpu)?(?:\s+version)?\s*(?:==|[:：=]|\s)\s*v?(\d)\.(\d{1,2})"
                              r"(?:\.(\d+))?")
 # the installed CUDA / cuDNN, said by the user: "CUDA version: 9.1", "Cuda 11.1", "CUDA：11.3", "Cuda_10.1.105",
@@ -88,7 +89,10 @@ _INSTALLED_CUDNN = re.compile(r"(?i)\bcudnn(?:\s*version)?\s*[:：=]?\s*v?(\d)(?
 _NO_GPU_LISTED = re.compile(r"(?i)^\W*\[PhysicalDevice\(name='/physical_device:CPU:0', device_type='CPU'\)\]\W*$|"
                             r"Num GPUs Available\W{0,3}0\b|is_gpu_available\(\)\W{0,6}False|\bGPU (?:is )?not (?:found|"
                             r"detected|recogni[sz]ed)|\b(?:doesn'?t|does not|can'?t|cannot|won'?t) (?:see|detect|find|"
-                            r"recogni[sz]e) (?:my |the |any )?GPU")
+                            r"recogni[sz]e) (?:my |the |any )?GPU|"
+                            # told in words: "list_physical_devices only shows the CPU", "only CPU:0 in the device list"
+                            r"\bonly (?:shows?|lists?|sees?|finds?|returns?) (?:the |my )?CPU\b|\bonly (?:the )?CPU(?::0)? "
+                            r"(?:is )?(?:listed|shown|in the (?:device )?list)")
 
 
 def _release(m: Optional[re.Match]) -> Optional[tuple[int, int]]:

@@ -37,7 +37,7 @@ def _said(ctx: Context, needle: str, pattern: str) -> list[ErrorLine]:
 _GPTQ_EXTENSION = re.compile(r"(?i)CUDA extension (?:is )?not installed|autogptq_cuda\w*'? (?:is )?not defined")
 # a build of the user's own: "pip install .", "compile from the source", setup.py, a git clone, BUILD_CUDA_EXT
 _SOURCE_BUILD = re.compile(r"(?i)\bpip3? install (?:-e )?\.(?:\s|$)|\bcompil\w* (?:it )?from (?:the )?source|"
-                           r"\bbuil[dt] (?:it )?from (?:the )?source|\bsetup\.py\b|\bgit clone\b|BUILD_CUDA_EXT")
+                           r"\bbuil(?:d|t|ding) (?:it )?from (?:the )?source|\bsetup\.py\b|\bgit clone\b|BUILD_CUDA_EXT")
 
 
 @rule("torch-build")
@@ -53,6 +53,19 @@ def gptq_kernels_not_loaded(ctx: Context) -> Optional[Diagnosis]:
     label = shown.group(1) if shown else "cu118"
     wheel = (f"pip install auto-gptq --no-cache-dir --extra-index-url https://huggingface.github.io/autogptq-index/"
              f"whl/{label}/")
+    # a build of the user's own beside a torch of one CUDA and a toolkit (nvcc) of another, both said: the torch of the
+    # toolkit's CUDA, then the build again (AutoGPTQ#203: torch cu117, system CUDA 11.8 -> torch from cu118)
+    torch_label = re.search(r"\+cu(1\d)(\d)\b", text)
+    toolkit = re.search(r"(?i)\b(?:nvcc|system cuda|cuda toolkit|toolkit)\W{0,12}(?:is\s+)?(?:cuda\s*)?v?(1\d)\.(\d)\b", text)
+    if torch_label and toolkit and torch_label.groups() != toolkit.groups() and _SOURCE_BUILD.search(text):
+        label = f"cu{toolkit.group(1)}{toolkit.group(2)}"
+        return _make("torch-build", f"the torch's CUDA (+cu{''.join(torch_label.groups())}) is not the toolkit's "
+                     f"({toolkit.group(1)}.{toolkit.group(2)}) that builds AutoGPTQ's kernels",
+                     "the source build compiles AutoGPTQ's CUDA kernels with the installed toolkit against torch's "
+                     "headers; a torch of another CUDA than that toolkit leaves the extension unbuilt or unloadable",
+                     f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the toolkit's CUDA), "
+                     "then build auto-gptq again (pip install . --no-build-isolation in its clone)",
+                     [ctx.line_fact(lines[0])], lines[:1], confirmed=False)
     if re.search(r"\bCUDA_HOME\b|\bnvcc\b", text):
         return _make("rocm-libs-missing", "the CUDA Toolkit is missing for building AutoGPTQ's kernels",
                      "building AutoGPTQ from source compiles its CUDA kernels with nvcc, found through CUDA_HOME; "

@@ -20,7 +20,9 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _m
 
 
 # TensorFlow's own query answered with an empty list (on the line, or on the next one in an interactive session)
-_EMPTY_LIST = re.compile(r"(?i)list_physical_devices\(\s*['\"]GPU['\"]\s*\)|list_physical_devices\(.GPU.\)")
+# (told in words: "list_physical_devices gives an empty list", the call named without its argument)
+_EMPTY_LIST = re.compile(r"(?i)list_physical_devices\(\s*['\"]GPU['\"]\s*\)|list_physical_devices\(.GPU.\)|"
+                         r"list_physical_devices\b(?!\s*\()")
 _EMPTY = re.compile(r"(?i)\[\s*\]|empty list|returns? nothing|\bno GPUs?\b")
 _AND_CUDA = re.compile(r"(?i)tensorflow\[and-cuda\]|\band-cuda\b")
 # the loader's words for libraries it cannot find, said in prose too ("linker unable to find shared objects")

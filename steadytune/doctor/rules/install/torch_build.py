@@ -108,7 +108,9 @@ def _other_runtime_build(ctx: Context, errors: list[ErrorLine], vendor: Optional
             diagnosis.rank = family("arch-missing").rank + 1
         return diagnosis
     cpu = re.search(r"xFormers was built for:?\s*PyTorch (\S+)\+(cu\d+).{0,40}\(you have (\S+)\+cpu\)",
-                    " ".join(ctx.sheet.lines))
+                    " ".join(ctx.sheet.lines)) or \
+        re.search(r"(?i)\bxformers\b.{0,80}?\bbuilt for:?\s*(?:PyTorch|torch)\s*(\d[\w.]*?)\+(cu\d{3})\b.{0,60}?"   # retold
+                  r"\b(?:you have|I have|installed is|but got|got)\s*(?:torch\s*)?(\d[\w.]*?)\+cpu\b", " ".join(ctx.sheet.lines))
     if cpu:
         return _make("torch-build", "torch is the CPU build",
                      f"xformers is built for torch {cpu.group(1)}+{cpu.group(2)} but the installed torch is "
@@ -164,7 +166,7 @@ _DEVICE_READOUT = re.compile(r"(?i)\busing device(?:_type)?\W{0,3}cpu\b|\b(?:say
 # uses CPU instead of GPU", "not using my GPU"), with a GPU named by its model alone ("9070xt", "RTX 3060")
 _ON_CPU = re.compile(r"(?i)\btorch device:? CPU\b|\bswitch(?:es|ed)? to (?:the )?CPU\b|"
                      r"\b(?:uses?|using|runs?|ran|running|set to|falls? back to|defaults? to|stuck on)\s+(?:only\s+)?"
-                     r"(?:on\s+)?(?:the\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
+                     r"(?:on\s+)?(?:the\s+|my\s+)?CPU\b|\bCPU (?:only|instead of (?:the |my )?GPU)|\bnot (?:using|use|uses) "
                      r"(?:the |my )?(?:GPU|graphics card)|\bGPU (?:is )?not (?:being )?used|\bno GPU (?:usage|acceleration)|"
                      r"\b(?:running|runs?|ran) off (?:the )?CPU\b|\b(?:won'?t|will not|doesn'?t|does not|didn'?t) use "
                      r"(?:the |my |any )?GPU\b.{0,30}\bonly (?:the )?CPUs?\b|" + _DEVICE_READOUT.pattern.removeprefix("(?i)"))

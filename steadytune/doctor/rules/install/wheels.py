@@ -287,9 +287,11 @@ def _amdsmi_release(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
 
 
 # TensorFlow saying it has no GPU: its own build query, an empty GPU list, or its GPU package not found / available
-_TF_NO_GPU = re.compile(r"(?i)is_built?_with_cuda\(\).{0,30}\bfalse|list_physical_devices\(.GPU.\).{0,30}\[\]|"
+_TF_NO_GPU = re.compile(r"(?i)is_built?_with_cuda\(\).{0,30}\bfalse|list_physical_devices\(.GPU.\).{0,30}(?:\[\]|\bempty\b)|"
                         r"tensorflow(?:-gpu)?\b.{0,60}\b(?:not (?:available|found|detect\w*|see\w*|use\w*)|can.?n?.?t "
-                        r"(?:detect|see|use|find|install)|(?:does not|doesn.t) (?:detect|see|use))|"
+                        r"(?:detect|see|use|find|install)|(?:does not|doesn.t|won.?t|will not) (?:detect|see|use|find))|"
+                        # told in words: "it only lists the CPU", "only shows CPU:0"
+                        r"\bonly (?:shows?|lists?|sees?|finds?|uses?) (?:the |my )?CPU\b|"
                         r"no (?:matching )?(?:version|distribution)\b.{0,30}tensorflow-gpu|tensorflow-gpu\b.{0,40}was not "
                         r"found|No version \S+ of (?:the )?tensorflow-gpu|"
                         # Chinese: cannot detect / find / use the GPU
