@@ -27,6 +27,7 @@ import steadytune.doctor.rules.arch.no_compiler_target  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
+import steadytune.doctor.rules.arch.therock_native  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
@@ -47,6 +48,7 @@ import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401
 import steadytune.doctor.rules.install.paddle_builds  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_limits  # noqa: E402,F401
+import steadytune.doctor.rules.access.rocdxg_symbols  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
@@ -57,6 +59,7 @@ import steadytune.doctor.rules.access.driver_packages  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
 import steadytune.doctor.rules.access.ptx_toolchain  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_regressions  # noqa: E402,F401
+import steadytune.doctor.rules.access.rocr_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.open_modules  # noqa: E402,F401
 import steadytune.doctor.rules.access.cdi_specs  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_state  # noqa: E402,F401
@@ -65,6 +68,7 @@ import steadytune.doctor.rules.access.inbox_driver  # noqa: E402,F401
 
 import steadytune.doctor.rules.access.vulkan_loader  # noqa: E402,F401
 import steadytune.doctor.rules.access.egl_contexts  # noqa: E402,F401
+import steadytune.doctor.rules.install.amdsmi_releases  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
@@ -133,6 +137,9 @@ import steadytune.doctor.rules.install.program_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.install.nccl_library  # noqa: E402,F401
 import steadytune.doctor.rules.install.lmstudio_backends  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
+import steadytune.doctor.rules.install.vulkan_headers  # noqa: E402,F401
+import steadytune.doctor.rules.install.vc_runtime  # noqa: E402,F401
+import steadytune.doctor.rules.install.ggml_cpu_builds  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rocm_build_enumeration  # noqa: E402,F401
 import steadytune.doctor.rules.machine.gpu_selection  # noqa: E402,F401
@@ -149,6 +156,7 @@ import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.served_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.reserved_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.model_memory  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.miopen_solvers  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gpu_hang  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401
