@@ -28,6 +28,7 @@ import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
 import steadytune.doctor.rules.arch.therock_native  # noqa: E402,F401
+import steadytune.doctor.rules.arch.ggml_prebuilt  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
@@ -142,6 +143,7 @@ import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.install.vulkan_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.vulkan_images  # noqa: E402,F401
 import steadytune.doctor.rules.install.vc_runtime  # noqa: E402,F401
+import steadytune.doctor.rules.install.cxx_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.ggml_cpu_builds  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rocm_build_enumeration  # noqa: E402,F401
@@ -192,6 +194,6 @@ def run_rules(sheet: FactSheet, errors: list[ErrorLine]) -> list[Diagnosis]:
                                   [e for e in errors if e.catalogue is not None
                                    and e.catalogue.entry.id == error.catalogue.entry.id]))
             said.add(error.catalogue.entry.id)
-    found.sort(key=lambda d: (not d.confirmed, d.severity != "error", d.rank,
+    found.sort(key=lambda d: (d.severity != "error", not d.confirmed, d.rank,
                               min(d.covers or [f.line_no for f in d.evidence] or [0])))
     return found
