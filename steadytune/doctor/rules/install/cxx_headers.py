@@ -23,7 +23,7 @@ _ABORT = re.compile(r"(?i)\bIOT instruction\b|Aborted \(core dumped\)|\bSIGABRT\
 _ROCM_TORCH = re.compile(r"(?i)\+rocm\d|\brocm\b|\bROCm\b")
 _PYTHON_ERROR = re.compile(r"(?m)^\W*(?:\w+\.)*\w*(?:Error|Exception):\s")
 # the GCC each Ubuntu release's ROCm packages pull in, whose libstdc++-N-dev the compiler then wants
-_UBUNTU_GCC = {"20.04": "12", "22.04": "12", "24.04": "14"}
+_UBUNTU_GCC = {"22.04": "12", "24.04": "14"}
 
 
 def _package(ctx: Context, text: str) -> str:

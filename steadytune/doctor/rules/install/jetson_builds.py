@@ -18,9 +18,10 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matc
 
 _JETSON = re.compile(r"(?i)\bJetson\b|\bAGX (?:Orin|Xavier)\b|\bOrin (?:Nano|NX)\b|\bJetPack\b|\bL4T\b|\btegra\b|"
                      r"\bnvgpu\b")
+# the errors of a CUDA build that does not fit the platform's CUDA (not a CUDA error of the work itself: out of memory)
 _CUDA_FAILED = re.compile(r"(?i)PTX was compiled with an unsupported toolchain|no kernel image is available|"
-                          r"CUDA driver version is insufficient|CUDA error|cudaErrorUnsupportedPtxVersion|"
-                          r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION")
+                          r"CUDA driver version is insufficient|cudaErrorUnsupportedPtxVersion|"
+                          r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorInsufficientDriver")
 # (program, how it is named, its JetPack build or the way it is built on the Jetson)
 _PROGRAMS = (
     ("ollama", re.compile(r"(?i)\bollama\b"),

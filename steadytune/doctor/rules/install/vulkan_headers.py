@@ -26,7 +26,7 @@ _BUILD = re.compile(r"(?i)\bcmake\b|building wheel|GGML_VULKAN|pip install|\bbui
 
 # (os fact, the packages that carry the loader's development files, the headers and glslc)
 _PACKAGES = {
-    "fedora": "sudo dnf install vulkan-devel glslc (vulkan-devel brings vulkan-loader-devel and vulkan-headers)",
+    "fedora": "sudo dnf install vulkan-devel glslc",
     "ubuntu": "sudo apt install libvulkan-dev glslc",
     "debian": "sudo apt install libvulkan-dev glslc",
     "popos": "sudo apt install libvulkan-dev glslc",
