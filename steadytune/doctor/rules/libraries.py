@@ -338,12 +338,26 @@ def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
     if library.endswith(".dll"):
         # Windows: no LD_LIBRARY_PATH; the DLL comes with the CUDA toolkit's bin folder (on PATH by its installer) or
         # with pip's nvidia-cublas wheel, whose bin folder must be put on PATH
+        # the venv's torch carries cuBLAS DLLs of its own CUDA in torch\lib: a cu12 torch has this very DLL (import
+        # torch first puts its folder on the DLL path); with a cu11 torch, copying its cublas64_11.dll and
+        # cublasLt64_11.dll under the _12 names is the workaround RealtimeSTT's maintainer gave and users confirmed
+        # (KoljaB/RealtimeSTT#220)
+        torch_cu = re.search(r"\+cu1(\d)\d", _text(ctx))
+        if major == "12" and not (torch_cu and torch_cu.group(1) == "2"):
+            borrowed = ("; or, where the environment's torch is a CUDA 11 build, copy its torch\\lib\\cublas64_11.dll "
+                        "and cublasLt64_11.dll in that folder under the names cublas64_12.dll and cublasLt64_12.dll "
+                        "(the workaround faster-whisper apps' users confirm)")
+        elif major == "12":
+            borrowed = ("; or import torch before ctranslate2 (faster-whisper): this CUDA 12 torch's torch\\lib holds "
+                        f"{library} and goes on the DLL search path")
+        else:
+            borrowed = ""
         return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS DLL",
                      f"this ctranslate2 is built for CUDA {major} and loads {library}, which the CUDA installed on "
-                     f"this Windows machine (another major) does not have",
+                     f"this Windows machine (another major) does not have, or not on the DLL search path",
                      f"install the CUDA {major} toolkit (its bin folder goes on PATH), or pip install "
                      f"nvidia-cublas-cu{major} and add <site-packages>\\nvidia\\cublas\\bin to PATH before starting "
-                     f"the program; or install the ctranslate2 built for the CUDA you have: {other}",
+                     f"the program{borrowed}; or install the ctranslate2 built for the CUDA you have: {other}",
                      [ctx.line_fact(lines[0])], lines[:1])
     return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS",
                  f"this ctranslate2 is built for CUDA {major} and opens {library}, which the CUDA installed here (or "

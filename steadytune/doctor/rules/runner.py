@@ -27,6 +27,8 @@ import steadytune.doctor.rules.arch.no_compiler_target  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
+import steadytune.doctor.rules.arch.therock_native  # noqa: E402,F401
+import steadytune.doctor.rules.arch.ggml_prebuilt  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
@@ -47,6 +49,7 @@ import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401
 import steadytune.doctor.rules.install.paddle_builds  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_limits  # noqa: E402,F401
+import steadytune.doctor.rules.access.rocdxg_symbols  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
@@ -57,6 +60,7 @@ import steadytune.doctor.rules.access.driver_packages  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
 import steadytune.doctor.rules.access.ptx_toolchain  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_regressions  # noqa: E402,F401
+import steadytune.doctor.rules.access.rocr_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.open_modules  # noqa: E402,F401
 import steadytune.doctor.rules.access.cdi_specs  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_state  # noqa: E402,F401
@@ -65,12 +69,14 @@ import steadytune.doctor.rules.access.inbox_driver  # noqa: E402,F401
 
 import steadytune.doctor.rules.access.vulkan_loader  # noqa: E402,F401
 import steadytune.doctor.rules.access.egl_contexts  # noqa: E402,F401
+import steadytune.doctor.rules.install.amdsmi_releases  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_index_on_amd  # noqa: E402,F401
 import steadytune.doctor.rules.install.aarch64_torch  # noqa: E402,F401
+import steadytune.doctor.rules.install.jetson_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_said_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.resolver_swap  # noqa: E402,F401
@@ -124,6 +130,7 @@ import steadytune.doctor.rules.install.dgl_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.pyg_wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_stubs  # noqa: E402,F401
 import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
+import steadytune.doctor.rules.install.jax_local_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmm_platforms  # noqa: E402,F401
@@ -135,6 +142,11 @@ import steadytune.doctor.rules.install.program_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.install.nccl_library  # noqa: E402,F401
 import steadytune.doctor.rules.install.lmstudio_backends  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
+import steadytune.doctor.rules.install.vulkan_headers  # noqa: E402,F401
+import steadytune.doctor.rules.install.vulkan_images  # noqa: E402,F401
+import steadytune.doctor.rules.install.vc_runtime  # noqa: E402,F401
+import steadytune.doctor.rules.install.cxx_headers  # noqa: E402,F401
+import steadytune.doctor.rules.install.ggml_cpu_builds  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.late_visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rocm_build_enumeration  # noqa: E402,F401
@@ -143,6 +155,7 @@ import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
 import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
 import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rccl_releases  # noqa: E402,F401
+import steadytune.doctor.rules.machine.peer_access  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.schedulers  # noqa: E402,F401
@@ -152,6 +165,7 @@ import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.served_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.reserved_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.model_memory  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.miopen_solvers  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gpu_hang  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401
@@ -183,6 +197,6 @@ def run_rules(sheet: FactSheet, errors: list[ErrorLine]) -> list[Diagnosis]:
                                   [e for e in errors if e.catalogue is not None
                                    and e.catalogue.entry.id == error.catalogue.entry.id]))
             said.add(error.catalogue.entry.id)
-    found.sort(key=lambda d: (not d.confirmed, d.severity != "error", d.rank,
+    found.sort(key=lambda d: (d.severity != "error", not d.confirmed, d.rank,
                               min(d.covers or [f.line_no for f in d.evidence] or [0])))
     return found

@@ -48,13 +48,17 @@ def _abi_said(ctx: Context, errors: list[ErrorLine], text: str, torch: Optional[
     if operator or built and not built.group(2).endswith("+cpu"):
         package = "xformers" if built else operator.group(1).replace("_", "-")
         have = built.group(2) if built else torch
+        # xformers' own warning beside a crash: xformers then falls back to torch's attention and cannot be what
+        # crashed the process: it stands as a warning beside the crash, not as the error that ended the run
+        aside = bool(built) and bool(re.search(r"WARNING\[XFORMERS\]|can't load C\+\+/CUDA extensions", text)) and \
+            bool(ctx.crashes())
         return _make("abi-mismatch", f"{package} is built for another torch",
                      f"{package}'s compiled operators were built for {'torch ' + built.group(1) if built else 'another torch'}"
                      f"{', and torch is ' + have if have else ''}",
                      f"pip uninstall -y {package}; pip install {package} built for the installed torch"
                      f"{' ' + have if have else ''} (from torch's own index, or a release pinned to it); or run "
                      f"without it{' (drop --xformers: torch SDPA does the same)' if package == 'xformers' else ''}",
-                     evidence, errors)
+                     evidence, errors, severity="warning" if aside else "error")
     versioned = re.search(r"symbol (\w+),? version (\S+) not defined in file (\S+?)(?:\.so[.\d]*)? with link time", text)
     if versioned:
         # the extension was linked against a newer release of the library than the copy the loader finds first

@@ -31,6 +31,10 @@ _SHARED_OBJECTS = re.compile(r"(?i)(?:unable to|can ?not|cannot|can't|fails? to|
                              r"cannot open shared object file")
 
 
+_CANNOT_DLOPEN = re.compile(r"Cannot dlopen some GPU libraries")
+_WSL = re.compile(r"(?i)(?<![A-Za-z])wsl ?2?(?![A-Za-z])")
+
+
 def _empty_gpu_list(ctx: Context) -> list[ErrorLine]:
     lines = ctx.sheet.lines
     return [ErrorLine(n, line.strip(), None) for n, line in enumerate(lines, 1)
@@ -41,7 +45,9 @@ def _empty_gpu_list(ctx: Context) -> list[ErrorLine]:
 @rule("rocm-libs-missing")
 def tensorflow_gpu_libraries_not_found(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
-    if not re.search(r"(?i)\btensorflow|\btf\b", text) or on_windows(ctx, text):
+    # WSL 2 is Linux ("a WSL distribution on Windows 11" names Windows too)
+    wsl = ctx.sheet.has("platform", "wsl") or _WSL.search(text)
+    if not re.search(r"(?i)\btensorflow|\btf\b", text) or (on_windows(ctx, text) and not wsl):
         return None
     if re.search(r"(?i)tensorflow-rocm|tensorflow.{0,80}\brocm\b|\brocm\b.{0,80}tensorflow", text):
         said = _lines_matching(ctx, _SHARED_OBJECTS)
@@ -55,7 +61,8 @@ def tensorflow_gpu_libraries_not_found(ctx: Context) -> Optional[Diagnosis]:
                      "sudo tee /etc/ld.so.conf.d/rocm.conf && sudo ldconfig), and install the tensorflow-rocm release "
                      "built for the installed ROCm (pip install tensorflow-rocm==<the release AMD's table lists for "
                      "it>)", [ctx.line_fact(said[0])], said)
-    empty = _empty_gpu_list(ctx)
+    # TensorFlow's own warning that it skipped the GPU counts as the empty list
+    empty = _empty_gpu_list(ctx) or _lines_matching(ctx, _CANNOT_DLOPEN)
     if not empty or not _AND_CUDA.search(text) or re.search(r"(?i)\brocm\b|\bAMD\b|Radeon", text):
         return None
     return _make("rocm-libs-missing", "TensorFlow does not find the CUDA libraries its [and-cuda] wheels installed",
@@ -67,4 +74,8 @@ def tensorflow_gpu_libraries_not_found(ctx: Context) -> Optional[Diagnosis]:
                  "os.path.join(d, p, \"lib\") for p in os.listdir(d) if os.path.isdir(os.path.join(d, p, \"lib\"))))')"
                  ":$LD_LIBRARY_PATH (in the venv's bin/activate to keep it); python -c \"import tensorflow as tf; "
                  "print(tf.config.list_physical_devices('GPU'))\" must then list the GPU; TF_CPP_MAX_VLOG_LEVEL=3 shows "
-                 "which library it failed to open", [ctx.line_fact(empty[0])], empty)
+                 "which library it failed to open; or install the CUDA 12 toolkit this TensorFlow is built for "
+                 "(TensorFlow's tested build configurations list it; not a CUDA 13"
+                 + (", and inside WSL, not on the Windows side" if wsl else "") + ") and export "
+                 "PATH=/usr/local/cuda-12/bin:$PATH LD_LIBRARY_PATH=/usr/local/cuda-12/lib64:$LD_LIBRARY_PATH in "
+                 "~/.bashrc", [ctx.line_fact(empty[0])], empty)

@@ -453,7 +453,9 @@ def _gpu_extra_off_linux(ctx: Context) -> Optional[Diagnosis]:
     if extra is None:
         return None
     package = (extra.group(1) or extra.group(3)).lower()
-    kinds = machine_kinds(on_windows(ctx, text), _vendor(ctx), text)
+    # WSL 2 is Linux: "a WSL distribution on Windows 11" names Windows, but the package runs under Linux there
+    wsl = ctx.sheet.has("platform", "wsl") or re.search(r"(?i)(?<![A-Za-z])wsl ?2?(?![A-Za-z])", text)
+    kinds = machine_kinds(on_windows(ctx, text) and not wsl, _vendor(ctx), text)
     if not kinds & {"windows", "macos"}:
         return None
     own = tool_fix(package, "wheel-platform", kinds, {})
