@@ -128,7 +128,8 @@ _PLATFORMS = (
     ("container", r"\bdocker (?:run|exec|compose)\b|\bdocker-compose\b|\bpodman (?:run|exec)\b|\bDockerfile\b"
                   r"|^\s*(?:\(\S+\)\s*)?root@[0-9a-f]{12}:|\bapptainer\b|\bsingularity (?:exec|run|shell)\b"
                   r"|/\.dockerenv|\bkubectl\b|^\s*devices:\s*$|\brocm/(?:pytorch|vllm|dev-ubuntu)[:\w.-]*"
-                  r"|\bollama/ollama:rocm\b|\bdistrobox\b|\btoolbox (?:enter|run)\b"),
+                  r"|\b(?:ollama/)?ollama:rocm\b|\b(?:inside|in) (?:the|a|my|this) (?:docker |podman |running )?container\b"
+                  r"|(?:docker|容器)\s*(?:里|内|中)|\bdistrobox\b|\btoolbox (?:enter|run)\b"),
     ("systemd", r"\bsystemctl\b|\bjournalctl\b|\bsystemd\[\d+\]|\.service\b|^\s*Environment=|\[Service\]"),
     ("slurm", r"\bsrun\b|\bsbatch\b|\bSLURM_\w+|\bsalloc\b"),
     ("notebook", r"\bipykernel\b|\bJupyter\b|\bjupyter\b|\bColab\b|^\s*In \[\d+\]:|\bCell In\[\d+\]"),
