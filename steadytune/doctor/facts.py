@@ -128,7 +128,7 @@ _PLATFORMS = (
     ("container", r"\bdocker (?:run|exec|compose)\b|\bdocker-compose\b|\bpodman (?:run|exec)\b|\bDockerfile\b"
                   r"|^\s*(?:\(\S+\)\s*)?root@[0-9a-f]{12}:|\bapptainer\b|\bsingularity (?:exec|run|shell)\b"
                   r"|/\.dockerenv|\bkubectl\b|^\s*devices:\s*$|\brocm/(?:pytorch|vllm|dev-ubuntu)[:\w.-]*"
-                  r"|\b(?:ollama/)?ollama:rocm\b|\b(?:inside|in) (?:the|a|my|this) (?:docker |podman |running )?container\b"
+                  r"|\b(?:ollama/)?ollama:rocm\b|(?<!not )(?<!n't )\b(?:inside|in) (?:the|a|my|this) (?:docker |podman |running )?container\b"
                   r"|(?:docker|容器)\s*(?:里|内|中)|\bdistrobox\b|\btoolbox (?:enter|run)\b"),
     ("systemd", r"\bsystemctl\b|\bjournalctl\b|\bsystemd\[\d+\]|\.service\b|^\s*Environment=|\[Service\]"),
     ("slurm", r"\bsrun\b|\bsbatch\b|\bSLURM_\w+|\bsalloc\b"),
@@ -693,7 +693,8 @@ def _root_only(line: str):
                  r"work(?:s|ing|ed)? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?|"
                  r"\b(?:sudo|root) works\b|\bonly (?:as|for) (?:a |the |my )?(?:normal|regular|non-root|unprivileged) user\b|"
                  # "only sees my card when I run it as root"
-                 r"\bonly\b.{0,60}\bwhen (?:i |you |we )?(?:run|start|launch)\w* (?:it |this |them |the \w+ )?(?:as|with|under) (?:root|sudo)\b|"
+                 r"\bonly (?:sees?|works?|detects?|finds?|uses?|recogni[sz]es?|shows?|lists?)\b.{0,50}\bwhen (?:i |you |we )?"
+                 r"(?:run|start|launch)\w* (?:it |this |them |the \w+ )?(?:as|with|under) (?:root|sudo)\b|"
                  # Chinese: "only root can", "with sudo it works", "fine under root"
                  r"只有\s*(?:root|sudo)|(?:用|加(?:上)?|使用)\s*sudo\s*(?:运行)?\s*(?:就|才)?\s*(?:可以|能|行|正常)|"
                  r"root\s*(?:用户)?\s*(?:下|运行)?\s*(?:就|才)\s*(?:可以|能|行|正常)",
