@@ -100,7 +100,7 @@ def finder(function: Finder) -> Finder:
     return function
 
 
-_OS = (("ubuntu", r"\bUbuntu\s+(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debian", r"\bDebian\b"),
+_OS = (("ubuntu", r"(?i:\bUbuntu)[\s-]?(\d\d\.\d\d)"), ("ubuntu", r"\bUbuntu\b"), ("debian", r"\bDebian\b"),
        ("fedora", r"\bFedora\b"), ("arch", r"\bArch ?Linux\b|\bEndeavourOS\b|\bManjaro\b|\bCachyOS\b|\barch1\b"),
        ("nixos", r"\bNixOS\b"), ("opensuse", r"\bopenSUSE\b|\bTumbleweed\b"), ("popos", r"\bPop!_OS\b"),
        ("mint", r"\bLinux Mint\b"), ("gentoo", r"\bGentoo\b"), ("rhel", r"\bRHEL\b|Red Hat Enterprise|\bRocky Linux\b|\bAlmaLinux\b"),
@@ -128,7 +128,8 @@ _PLATFORMS = (
     ("container", r"\bdocker (?:run|exec|compose)\b|\bdocker-compose\b|\bpodman (?:run|exec)\b|\bDockerfile\b"
                   r"|^\s*(?:\(\S+\)\s*)?root@[0-9a-f]{12}:|\bapptainer\b|\bsingularity (?:exec|run|shell)\b"
                   r"|/\.dockerenv|\bkubectl\b|^\s*devices:\s*$|\brocm/(?:pytorch|vllm|dev-ubuntu)[:\w.-]*"
-                  r"|\bollama/ollama:rocm\b|\bdistrobox\b|\btoolbox (?:enter|run)\b"),
+                  r"|\b(?:ollama/)?ollama:rocm\b|(?<!not )(?<!n't )\b(?:inside|in) (?:the|a|my|this) (?:docker |podman |running )?container\b"
+                  r"|(?:docker|容器)\s*(?:里|内|中)|\bdistrobox\b|\btoolbox (?:enter|run)\b"),
     ("systemd", r"\bsystemctl\b|\bjournalctl\b|\bsystemd\[\d+\]|\.service\b|^\s*Environment=|\[Service\]"),
     ("slurm", r"\bsrun\b|\bsbatch\b|\bSLURM_\w+|\bsalloc\b"),
     ("notebook", r"\bipykernel\b|\bJupyter\b|\bjupyter\b|\bColab\b|^\s*In \[\d+\]:|\bCell In\[\d+\]"),
@@ -263,7 +264,7 @@ def _nvidia_arch(line: str):
 # GPU model names: the product table's patterns (Radeon, Instinct, Ryzen APU graphics, NVIDIA), read only where the
 # line looks like it names a device, not where a sentence compares cards.
 _GPU_WORDS = re.compile(r"\b1[06][5-8]0 ?Ti\b|"
-                        r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d00 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\b[RG]TX ?\d{3,4}|\bRTX\b|\bGTX\b|Tesla|"
+                        r"\b(?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?\b|Radeon|\b[5-9]\d\d0 ?(?:XTX|XT|GRE)\b|\bAMD ?\d{3}M\b|\bAMD \d{4}[HU]\b|\bRX ?\d{3,4}|Instinct|\bMI\d{2,3}|Navi ?\d\d|NVIDIA|GeForce|\b[RG]TX ?\d{3,4}|\bRTX\b|\bGTX\b|Tesla|"
                         r"Quadro|FirePro|\b[AHBL]\d{2,3}\b|Vega|Strix|Phoenix|Raphael|Rembrandt|Renoir|Cezanne|Barcelo|Lucienne|Van Gogh|"
                         r"Ryzen AI|\bAI ?MAX\+? ?3[89]\d\b|\bW[5-7]\d00\b|\bV[67]\d0\b|Polaris|Ellesmere|Hawk Point|Krackan|Granite Ridge|"
                         r"Steam Deck|Jetson|Orin|Ryzen (?:[3579]|AI) \d{4}[A-Z]*|\bRyzen [457]\d{3}(?:HS|HX|H|U)\b|\bR[79] ?\d{3}X?\b|\bR9 Nano\b|\bFury\b|\bFiji\b|\bMX ?\d{3}\b|"
@@ -328,7 +329,8 @@ def _gpu(line: str):
             return
     for pattern, arch in _APU_CPU:
         m = re.search(pattern, line, re.IGNORECASE)
-        if m and re.search(r"Radeon|Graphics|iGPU|APU|\bwith\b|Ryzen AI|\bAMD\b|\bAI ?MAX\b", line, re.IGNORECASE):
+        # (核显 / 集显: "the integrated graphics", as Chinese posts name an APU's GPU)
+        if m and re.search(r"Radeon|Graphics|iGPU|APU|\bwith\b|Ryzen AI|\bAMD\b|\bAI ?MAX\b|核显|集显|核芯显卡|集成显卡", line, re.IGNORECASE):
             yield "gpu", m.group(0), arch
             rest = line[m.end():]   # a laptop's card named after its CPU ("Ryzen 7 4800H and GTX 1650 Ti")
             if not re.search(r"(?i)\b(?:RTX|GTX|RX) ?\d{3,4}|GeForce|Quadro", rest):
@@ -345,7 +347,8 @@ def _gpu(line: str):
     if not re.search(r"(?i)\b(?:RTX|GTX|RX)\s?\d{4}", named):
         named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop))",
                        r"RTX \1", named)
-    named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d00) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)   # "7800XT", "6700 XT"
+    # "7800XT", "6700 XT", "9060XT", "6650 XT" (RDNA's x50 / x60 parts too)
+    named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d\d0) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)
     # a GTX 10 or 16 series number with its Ti ("1080Ti", "1660 Ti"): the GTX card, whatever follows it
     named = re.sub(r"(?i)(?<![\w.])(?<!GTX )(1[06][5-8]0) ?Ti\b", r"GTX \1 Ti", named)
     # a GeForce number with its Ti glued on ("3080ti", "4070Ti") is a card whatever follows it
@@ -697,6 +700,9 @@ def _root_only(line: str):
     if re.search(r"(?:only|unless|except)\s+(?:as|with|when|run as|running as)?\s*(?:root|sudo|superuser)|"
                  r"work(?:s|ing|ed)? (?:fine |correctly )?(?:with|as|under) (?:sudo|root)|(?:with|as) (?:sudo|root)[^.]{0,40}works?|"
                  r"\b(?:sudo|root) works\b|\bonly (?:as|for) (?:a |the |my )?(?:normal|regular|non-root|unprivileged) user\b|"
+                 # "only sees my card when I run it as root"
+                 r"\bonly (?:sees?|works?|detects?|finds?|uses?|recogni[sz]es?|shows?|lists?)\b.{0,50}\bwhen (?:i |you |we )?"
+                 r"(?:run|start|launch)\w* (?:it |this |them |the \w+ )?(?:as|with|under) (?:root|sudo)\b|"
                  # Chinese: "only root can", "with sudo it works", "fine under root"
                  r"只有\s*(?:root|sudo)|(?:用|加(?:上)?|使用)\s*sudo\s*(?:运行)?\s*(?:就|才)?\s*(?:可以|能|行|正常)|"
                  r"root\s*(?:用户)?\s*(?:下|运行)?\s*(?:就|才)\s*(?:可以|能|行|正常)",
@@ -765,7 +771,7 @@ def _docker_desktop(line: str):
 @finder
 def _igpu(line: str):
     """The text says the machine has an integrated GPU ("my iGPU is cuda:0", "integrated graphics")."""
-    if re.search(r"(?i)\biGPU\b|\bintegrated (?:GPU|graphics)\b", line):
+    if re.search(r"(?i)\biGPU\b|\bintegrated (?:GPU|graphics)\b|核显|集显|核芯显卡|集成显卡", line):
         if re.search(r"(?i)(?:only|just) (?:an? |the )?(?:iGPU|integrated)|(?:iGPU|integrated (?:GPU|graphics)) only|"
                      r"no (?:discrete|dedicated|separate) (?:GPU|card|graphics)", line):
             yield "igpu", "yes", "only"   # the machine's one GPU: nothing else to pick

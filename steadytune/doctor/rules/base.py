@@ -25,7 +25,10 @@ _NO_GPU_USE = re.compile(r"(?i)no compatible (?:amd)?gpus? (?:were )?(?:discover
 # A GPU not detected, in the user's words (English and Chinese): "can not detect GPU", "only shows the CPU", 检测不到
 NOT_DETECTED = (r"(?i)(?:can ?not|can't|cannot|doesn't|does not|don't|do not|won't|unable to|fails? to|not) (?:detect|see|"
                 r"find|list|show|recogni[sz]e)s?\b.{0,30}\bGPU|\bonly (?:detects? |shows? |lists? |sees? |finds? )?(?:the )?CPU\b|"
-                r"\bGPU (?:is )?not (?:detected|found|listed)|no GPU (?:agent|found)|检测不到|识别不到|找不到.{0,6}(?:GPU|显卡)")
+                r"\bGPU (?:is )?not (?:detected|found|listed)|no GPU (?:agent|found)|检测不到|识别不到|找不到.{0,6}(?:GPU|显卡)|"
+                # "sees only the CPU", "can't see my 9070XT" in Chinese: 只看到 CPU, 看不到我的显卡
+                r"只(?:看到|显示|识别到?|检测到|列出)了?\s*(?:CPU|处理器)|(?:里|中)?没有\s*(?:GPU|显卡)\s*(?:agent|设备)|(?:里|中)没有\s*(?:GPU|显卡)|"
+                r"没有?(?:检测到|识别到|找到)\s*(?:GPU|显卡)|(?:看不到|认不到|认不出).{0,8}(?:GPU|显卡|卡|RX|Radeon|\d{4})")
 
 
 # Windows said in words ("Windows 11", "win10", "w11"), for pastes whose facts show no Windows path or tool output

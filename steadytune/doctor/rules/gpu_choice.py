@@ -37,7 +37,7 @@ _NOT_SPREAD = re.compile(r"(?i)\bonly (?:one|1|a single) (?:GPU|card)\b|\bonly u
 # a GPU choice said not to be honoured by the server
 _CHOICE_NOT_HONOURED = re.compile(r"(?i)\balways (?:uses?|utili[sz]es|shows?|loads?|picks?|runs? on|goes to)\b|"
                                   r"\bregardless\b|\bdoes ?n[o']?t work\b|\bnot (?:respected|honou?red|working|"
-                                  r"applied)\b|\bignor\w+|\ball (?:the )?(?:cards|GPUs)\b.{0,20}\b(?:finds|it sees|used)")
+                                  r"applied)\b|\bignor\w+|总(?:是)?在|始终|一直在|还是|仍然|依然|无效|不生效|不起作用|\ball (?:the )?(?:cards|GPUs)\b.{0,20}\b(?:finds|it sees|used)")
 _VISIBLE_NAME = re.compile(r"\b(CUDA_VISIBLE_DEVICES|HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES)\b")
 
 

@@ -210,10 +210,16 @@ def _selinux_denial(ctx: Context) -> Optional[Diagnosis]:
 
 
 def _group_not_in_image(ctx: Context) -> Optional[Diagnosis]:
-    missing = _lines_matching(ctx, r"(?i)Unable to find group (\S+?):? no matching entries in group file")
+    missing = _lines_matching(ctx, r"(?i)Unable to find group (\S+?):? no matching entries in group file|"
+                                   r"no matching entries in group file")
     if not missing:
         return None
-    group = re.search(r"(?i)Unable to find group (\S+?):? no matching", missing[0].line).group(1).strip("'\"")
+    # the group as the message names it, else as the command asked for it (--group-add render) or the prose does
+    named = re.search(r"(?i)Unable to find group (\S+?):? no matching", missing[0].line) or \
+        re.search(r"--group-add[ =]['\"]?([a-z_][\w-]*)", _text(ctx)) or re.search(r"找不到\s*([a-z_][\w-]*)\s*组", _text(ctx))
+    if named is None:
+        return None
+    group = named.group(1).strip("'\"")
     return _first(_make("device-access", f"the image has no group named {group}",
                         f"--group-add {group} (or group_add in compose) looks the name up in the image's /etc/group, "
                         f"not the host's; this image has no {group} group, so the container does not start",

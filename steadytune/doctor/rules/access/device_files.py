@@ -29,6 +29,9 @@ _SNAP_DOCKER = re.compile(r"(?i)\bsnap (?:install|refresh|list|info|restart)\b[^
 
 
 # the kubelet's static CPU manager, as a flag or its KubeletConfiguration key
+# NVML's "Unknown Error" in a container, as printed or retold ("NVML failed to initialize with an unknown error")
+_NVML_UNKNOWN = (r"(?i)Failed to initialize NVML: Unknown Error|\bNVML\b.{0,20}\bfail\w* to initiali[sz]e\b.{0,30}"
+                 r"\bunknown error")
 _CPU_MANAGER_STATIC = re.compile(r"(?i)--cpu-manager-policy[= ]static\b|cpuManagerPolicy\W{0,3}static\b")
 
 
@@ -507,7 +510,7 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      "after a restart), remove the snap (sudo snap remove docker) and install Docker Engine from "
                      "Docker's apt repository, then configure the runtime again",
                      [ctx.line_fact(errors[0])], errors)
-    if re.search(r"(?i)Failed to initialize NVML: Unknown Error", text) and _CPU_MANAGER_STATIC.search(_text(ctx)):
+    if re.search(_NVML_UNKNOWN, text) and _CPU_MANAGER_STATIC.search(_text(ctx)):
         # the kubelet's static CPU manager rewrites each pod's cgroup to pin its CPUs and, doing so, writes the
         # device rules back from what the kubelet knows, which lacks the NVIDIA nodes the runtime hook added (NVIDIA
         # k8s-device-plugin README, --pass-device-specs: "needed for compatibility with the CPUManager static policy";
@@ -522,7 +525,7 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      "the kubelet without the static CPU manager (remove --cpu-manager-policy=static, cpuManagerPolicy: "
                      "none, then drain the node, delete /var/lib/kubelet/cpu_manager_state and restart the kubelet); "
                      "restart the GPU pods", [ctx.line_fact(errors[0])], errors)
-    if re.search(r"(?i)Failed to initialize NVML: Unknown Error", text):
+    if re.search(_NVML_UNKNOWN, text):
         return _make("device-access", "the containers lose their GPUs",
                      "a systemd daemon-reload (or a cgroup update) drops the containers' device-cgroup rights to the "
                      "NVIDIA device nodes that were not passed as /dev/char links",

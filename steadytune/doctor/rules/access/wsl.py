@@ -78,7 +78,7 @@ def _wsl_specific(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[D
                      "(wsl --update, then wsl --shutdown); inside WSL remove any Linux NVIDIA driver (sudo apt remove "
                      "'nvidia-driver-*' 'libnvidia-*') and check /usr/lib/wsl/lib/nvidia-smi lists the GPU; Docker: "
                      "use Docker Desktop's WSL 2 backend or the NVIDIA Container Toolkit inside WSL", [fact], blocked)
-    uva = _lines_matching(ctx, r"(?i)UVA is not available")
+    uva = _lines_matching(ctx, r"(?i)UVA (?:is not|isn.t|not) available")
     if uva and (ctx.tool() == "vllm" or re.search(r"(?i)\bvllm\b", joined)):
         return _make("wsl", "vLLM turns pinned memory off under WSL 2",
                      "under WSL 2 vLLM disables pinned host memory by default, and without it UVA (the GPU reading "
@@ -270,7 +270,8 @@ _ADRENALIN_FOR_WSL = ((re.compile(r"(?i)\bRX ?9070(?: ?XT| ?GRE)?\b"), "Radeon R
 def _wsl_adrenalin_for_the_card(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagnosis]:
     """A Radeon that ROCm on WSL supports only from a given Adrenalin release, not seen inside WSL: the Windows
     driver is the fix (nothing inside Linux exposes the card to WSL)."""
-    card = next(((name, release) for pattern, name, release in _ADRENALIN_FOR_WSL if pattern.search(joined)), None)
+    named = "\n".join([joined, *ctx.sheet.values("gpu")])   # the card as the facts read it too ("9070XT" unprefixed)
+    card = next(((name, release) for pattern, name, release in _ADRENALIN_FOR_WSL if pattern.search(named)), None)
     said = _lines_matching(ctx, NOT_DETECTED) + ctx.of("wsl", "device-access", "driver") + ctx.no_gpu()
     if card is None or not said:
         return None

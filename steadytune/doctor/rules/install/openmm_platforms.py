@@ -26,7 +26,9 @@ _NO_CUDA = re.compile(r"(?i)There is no registered Platform called \W?CUDA\b")
 _LISTED = re.compile(r"(?i)\[\s*'Reference'[^\]]*\]|\bReference\b(?:\s*(?:,|and|-)\s*(?:CPU|OpenCL|CUDA|HIP)\b)*|"
                      r"\b(?:CPU|OpenCL|CUDA|HIP)\b(?:\s*(?:,|and)\s*(?:CPU|OpenCL|CUDA|HIP|Reference)\b)+")
 _ONLY_REFERENCE = re.compile(r"(?i)\[\s*'Reference'\s*\]|\bonly\b[^\n]{0,40}\bReference\b(?!\s*(?:,|and)\s*\w)|"
-                             r"There (?:are|is) 1 Platforms? available")
+                             r"There (?:are|is) 1 Platforms? available|"
+                             # in Chinese: "只有 1 个，就是 Reference" (not "Reference 和 CPU")
+                             r"只有[^\n]{0,20}\bReference\b(?!\s*(?:,|、|和|与|and)\s*\w)")
 # the CUDA release each OpenMM release's binaries were built for, where its notes or maintainers say so
 _BUILT_FOR_CUDA = {"6.3": "7.0"}   # openmm/openmm issue 1233 (a maintainer: 6.3's binaries use CUDA 7.0)
 _VERSION = re.compile(r"(?i)\b(?:openmm|version)\s*(?:==|=|:)?\s*v?(\d+\.\d+)(?:\.\d+)?\b")

@@ -30,7 +30,9 @@ _MEMORY_SHORT = re.compile(r"(?i)(?:shared (?:gpu )?memory|\bVRAM\b|\bGTT\b|\bUM
                            r"(?:can't|cannot|can not|unable|only|not (?:be )?used?|limit(?:s|ed|ing)?|too (?:little|small))|"
                            r"(?:can't|cannot|only|unable to) (?:use|utili[sz]e|allocate|see).{0,40}(?:shared|VRAM|GTT|memory)|"
                            r"\bonly\s*~?\s*\d+(?:\.\d+)?\s*[MG]i?B (?:of )?(?:VRAM|GTT|GPU memory|dedicated|shared)|"
-                           r"\bonly (?:use|see|allocate|get)s?\b.{0,20}\b\d+\s*[GM]i?B\b.{0,20}\b(?:of|out of)\b.{0,10}\d+\s*[GM]i?B|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b")
+                           r"\bonly (?:use|see|allocate|get)s?\b.{0,20}\b\d+\s*[GM]i?B\b.{0,20}\b(?:of|out of)\b.{0,10}\d+\s*[GM]i?B|\bhalf\b.{0,40}\bGTT\b|\bGTT\b.{0,40}\bhalf\b|"
+                           # in Chinese: the memory "cannot be used" / "only the BIOS share is recognised"
+                           r"(?:显存|GTT|内存).{0,20}(?:用不上|用不了|只能用|识别不到)|只(?:识别|认|看)到?.{0,12}(?:显存|BIOS)")
 
 
 # a GTT size asked through the out-of-tree amdttm module's parameters (amdgpu-dkms) or the deprecated amdgpu.gttsize,
@@ -40,8 +42,11 @@ _TTM_ASKED = re.compile(r"(?i)\bamdttm\.(?:pages_limit|page_pool_size)\b|\bamdgp
 _NOT_GRANTED = re.compile(r"(?i)\bno longer\b|\bnot? (?:take|taking|have|having|has) (?:any )?effect|\bignored\b|"
                           r"\bdoes(?:n.t| not) (?:work|apply|change|provide)|\bdid(?:n.t| not) (?:work|apply|change)|"
                           r"\bstill (?:shows?|reports?|only|capped|limited)\b|\bnot (?:honou?red|respected|applied)\b|"
-                          r"\bno (?:effect|change)\b|\bdeprecat\w+|\bconfl?icting\b")
-_GIB_ASKED = re.compile(r"(?i)\b(\d{2,3}(?:\.\d+)?)\s*Gi?B\b")
+                          r"\bno (?:effect|change)\b|\bdeprecat\w+|\bconfl?icting\b|没有?生效|不生效|无效|不起作用|没(?:有)?用")
+_GIB_ASKED = re.compile(r"(?i)\b(\d{2,3}(?:\.\d+)?)\s*Gi?B\b|(?<![\w.])(\d{2,3})\s*G(?![\w.])")
+# the size the user asks for, where the RAM is named too ("128GB ... I want 110 GiB for the GPU", "想给 GPU 96G")
+_GIB_WANTED = re.compile(r"(?i)\b(?:want|need|give|allocate)\b\D{0,20}?(\d{2,3}(?:\.\d+)?)\s*G(?:i?B)?\b|"
+                         r"(?:想给|想要|给|分配)\D{0,8}?(\d{2,3})\s*G")
 
 
 @rule("apu-memory")
@@ -50,8 +55,8 @@ def ttm_limit_not_amdttm(ctx: Context) -> Optional[Diagnosis]:
     # the kernel's own parameter already set (not amdttm's, which the lookbehind leaves out): another cause
     if not _TTM_ASKED.search(text) or not _NOT_GRANTED.search(text) or re.search(r"(?<![\w.])ttm\.pages_limit", text):
         return None
-    size = _GIB_ASKED.search(text)
-    gib = float(size.group(1)) if size else None
+    size = _GIB_WANTED.search(text) or _GIB_ASKED.search(text)
+    gib = float(next(g for g in size.groups() if g)) if size else None
     pages = int(gib * GIB / PAGE) if gib else None
     value = (f"ttm.pages_limit={pages} ttm.page_pool_size={pages} ({gib:g} GiB in 4 KiB pages: GiB x 262144)"
              if pages else "ttm.pages_limit=<GiB x 262144> ttm.page_pool_size=<the same> (4 KiB pages)")

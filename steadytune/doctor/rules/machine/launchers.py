@@ -39,12 +39,16 @@ from steadytune.doctor.rules.base import (Context, Diagnosis, _first, _lines_mat
 
 # training on several GPUs asked for, or one busy while the others idle, in English and Chinese
 _SEVERAL_ASKED = re.compile(
-    r"(?i)\bhow (?:to|can I|do I|can we|should I) (?:set|use|enable|do|run|train|configure|launch|start)\b.{0,30}"
+    r"(?i)\bhow (?:to|can I|do I|can we|should I) (?:set|use|enable|do|run|train|configure|launch|start|get)\b.{0,30}"
     r"\b(?:multi[- ]?gpus?|multiple gpus|several gpus|all (?:the |my )?(?:\d+ )?gpus|\d+ gpus|ddp|data[- ]parallel|"
     r"distributed)\b|\bonly (?:one|1|a single) gpu (?:is |was )?(?:being )?used\b|\bonly (?:uses?|using) (?:one|1|a "
     r"single) gpu\b|\bhow to set multi[- ]?gpu\b|"
     r"(?:怎么|如何|怎样).{0,20}(?:多卡|多GPU|多 GPU|DDP|[0-9两三四五六七八]卡)|无法.{0,6}多卡|"
-    r"只有(?:一|1)(?:张|个)?卡.{0,10}(?:工作|利用率|在跑)|数据分到不同(?:的)?(?:显卡|GPU|卡)")
+    r"只有(?:一|1)(?:张|个)?卡.{0,10}(?:工作|利用率|在跑)|数据分到不同(?:的)?(?:显卡|GPU|卡)|"
+    # data parallel wanted where the model was split over the GPUs ("splits the model ... instead of data parallel",
+    # "模型被切到两张卡上 ... 我想要的是 DDP")
+    r"\bsplit\w*\b.{0,20}\bmodel\b.{0,60}\b(?:instead of|rather than|not)\b.{0,20}\b(?:data[- ]parallel|DDP)\b|"
+    r"模型(?:被)?(?:切|分|拆)(?:到|在|成).{0,60}(?:DDP|数据并行)|(?:想要|想用|想|要的是).{0,6}(?:DDP|数据并行)")
 # the user asks to split one model over the GPUs (memory), not to train on all of them: another reading (sharding)
 _MODEL_SPLIT_ASKED = re.compile(r"(?i)(?:让|要|想|实现)模型并行|模型切分|\bmodel[- ]parallel|\bshard(?:ing)? (?:the |a |one )?model\b|"
                                 r"\bsplit (?:the |a |one )?model\b|(?:每一?(?:个|张)卡|each (?:GPU|card)).{0,12}"
@@ -222,9 +226,12 @@ def _deepspeed_own_list(ctx: Context) -> Optional[Diagnosis]:
 
 _PER_TASK = re.compile(r"(?i)--gpus-per-task|--ntasks-per-gpu|\bntasks[-_]per[-_]gpu\b|\bgpus[-_]per[-_]task\b|"
                        r"\btasks_per_gpu\b")
-_ONE_EACH = re.compile(r"(?i)\bper[- ]\*?rank\*?\b|\beach (?:having|with|seeing|sees|gets?|has) (?:access to )?"
+_ONE_EACH = re.compile(r"(?i)\bper[- ]\*?rank\*?\b|\beach (?:(?:rank|task|process|worker) )?(?:having|with|seeing|sees|gets?|"
+                       r"has) (?:access to )?"
                        r"(?:a different|its own|one|only one)\b|\bonly (?:ever )?sees? one\b|\bdo(?:es)? not match\b|"
-                       r"\bdiffer\w*\b.{0,30}\b(?:rank|task)|\bruns? the code twice\b")
+                       r"\bdiffer\w*\b.{0,30}\b(?:rank|task)|\bruns? the code twice\b|"
+                       # in Chinese: every rank / process sees only its own card, or a different list
+                       r"每个\s*(?:rank|进程|task|任务).{0,30}(?:只有|不一样|不同|各自|自己)")
 
 
 def _slurm_per_task_gpus(ctx: Context) -> Optional[Diagnosis]:

@@ -265,7 +265,8 @@ def _multi_node_error_said(ctx: Context) -> Optional[Diagnosis]:
                  "the nodes share> (ip -br addr)", [], _lines_matching(ctx, _NODES)[:1], confirmed=False)
 
 
-_NO_LIBUV = re.compile(r"(?i)use_libuv was requested but PyTorch was buil[dt] without libuv support")
+_NO_LIBUV = re.compile(r"(?i)(?:use_)?libuv (?:was |is )?requested but (?:PyTorch|torch) (?:was |is )?buil[dt] "
+                       r"without libuv")
 
 
 def _store_without_libuv(ctx: Context) -> Optional[Diagnosis]:

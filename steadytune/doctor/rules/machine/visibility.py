@@ -79,6 +79,8 @@ def _choice_ignored(ctx: Context) -> Optional[Diagnosis]:
     if not said:
         return None
     tool = ctx.tool()
+    if re.search(r"(?i)\bollama\b", text):
+        return None   # a server's variable, not the client command's: gpu_choice's Ollama reading
     ids = re.search(r"(?m)^\s*gpu_ids:\s*([\d, ]+)$", text)
     chosen = next((f.value.split("=", 1)[1] for f in reversed(ctx.sheet.of("env"))
                    if f.value.split("=", 1)[0] in _KNOWN_VISIBLE[:3] and f.value.split("=", 1)[1]), None)

@@ -86,7 +86,7 @@ def _flashinfer_outside(ctx: Context) -> Optional[Diagnosis]:
     if not (_SGLANG.search(text) and _FLASHINFER.search(text)):
         return None
     older = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"sm_[5-7]\d", a)]
-    amd = bool(_AMD_WORDS.search(text)) and not older
+    amd = bool(_AMD_WORDS.search(text) or any(a.startswith("gfx") for a in ctx.sheet.machine_archs)) and not older
     if not (amd or older or _TURING_OR_OLDER.search(text)):
         return None
     if not (ctx.errors or ctx.sheet.has("complaint", "yes") or re.search(r"\?|？|crash|fail|error|can't|cannot", text)):
@@ -314,7 +314,9 @@ _OPTIONAL_EXTENSIONS = {"rotary": "rotary", "rms_norm": "layer_norm", "layer_nor
                         "cross_entropy": "xentropy", "fused_dense": "fused_dense_lib"}
 _EXTENSION_FAILED = re.compile(r"(?i)\bimport flash_?attn[ .](rotary|rms_norm|layer_norm|cross_entropy|fused_dense)\w*"
                                r" (?:fail|failed|error)|\bflash_attn\.(?:layers|ops)\.(rotary|rms_norm|layer_norm)\b"
-                               r".{0,40}(?:No module|ImportError|cannot import|fail)")
+                               r".{0,40}(?:No module|ImportError|cannot import|fail)|"
+                               # said without "import" before it: "flash_attn rotary 导入失败", "flash_attn rotary import error"
+                               r"\bflash_?attn[ .](rotary|rms_norm|layer_norm)\w*\s*(?:导入失败|import (?:fail\w*|error))")
 
 
 @rule("attention")
@@ -326,7 +328,7 @@ def optional_extension_missing(ctx: Context) -> Optional[Diagnosis]:
     if not said:
         return None
     found = _EXTENSION_FAILED.search(said[0].line)
-    name = (found.group(1) or found.group(2)).lower()
+    name = next(g for g in found.groups() if g).lower()
     folder = _OPTIONAL_EXTENSIONS[name]
     return _make("attention", f"flash-attention's {name} extension is not installed",
                  f"the model's code imports flash-attention's optional {name} kernel, which the flash-attn package "

@@ -130,11 +130,12 @@ def kfd_refuses(ctx: Context) -> Optional[Diagnosis]:
     if not said:
         return None
     text = _text_of(ctx)
-    allowed = re.search(r"crw-rw-rw-.{0,40}/dev/kfd|\b(?:member of|in) (?:the )?render group|^\S*\s*(?:\w+ )*render\b",
+    allowed = re.search(r"crw-rw-rw-(?:.{0,40}/dev/kfd)?|\b(?:member of|in) (?:the )?render group|^\S*\s*(?:\w+ )*render\b",
                         text, re.M) or re.search(r"(?m)^(?:\S+ )*(?:video|render)(?: \S+)*$", text)
-    if not allowed:
+    passthrough = re.search(r"(?i)passthrough|passed through|vfio|\bVM\b|virtual machine|proxmox|\bPVE\b|直通|虚拟机",
+                            text)
+    if not allowed and not passthrough:
         return None
-    passthrough = re.search(r"(?i)passthrough|passed through|vfio|\bVM\b|virtual machine|proxmox", text)
     return _first(_make("gpu-hang", "the GPU behind /dev/kfd is in a stuck state",
                         "opening /dev/kfd fails with 'Invalid argument' although the device node is there and this "
                         "user may open it: the driver has no working GPU behind it, which a reset that did not complete "

@@ -82,6 +82,18 @@ def miopen(ctx: Context) -> Optional[Diagnosis]:
                      "HIP one that ROCm's frameworks need, or a build without this GPU",
                      "sudo apt remove miopen-opencl; sudo apt install miopen-hip (the HIP backend), and check that "
                      "its release lists this GPU", [ctx.line_fact(errors[0])], errors)
+    if re.search(r"(?i)No invoker was registered|\bWas find executed\b", text):
+        # MIOpen's immediate-mode convolutions need the Find step first in the same process: Find compiles the
+        # solution and registers its invoker; a program that calls the convolution straight away (or reloads a
+        # compiled module that ran Find in another process, apache/tvm#16154) finds none
+        return _make("miopen-kernel", "a convolution called without MIOpen's Find step",
+                     "MIOpen registers the invoker of a convolution when its Find step (miopenFindConvolution*Algorithm) "
+                     "runs in the same process; this convolution was called without Find having run there, so no "
+                     "invoker exists",
+                     "call the Find step first: miopenFindConvolutionForwardAlgorithm (BackwardData / BackwardWeights "
+                     "for those directions) in the same process, before miopenConvolutionForward; a framework that "
+                     "skips it (a precompiled module reloaded): a release that runs Find at load (TVM: apache/tvm "
+                     "PR 16190)", [ctx.line_fact(errors[0])], errors)
     hit = _catalogue(errors)
     if hit is not None and not re.search(r"naive_conv", text):
         return _restate("miopen-kernel", hit, errors)

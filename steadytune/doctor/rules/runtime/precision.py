@@ -323,7 +323,7 @@ def _format_kernel_missing(ctx: Context, errors: list[ErrorLine]) -> Optional[Di
 # backward). Their bf16 variants are compiled only for compute capability 8.0 and newer (the kernels' arch check in
 # xformers/csrc/attention/cuda/fmha and torch's aten/src/ATen/native/transformers/cuda/mem_eff_attention), so a model
 # loaded in bf16 on a Turing or Volta card finds none (QwenLM/Qwen3#710: a 2080 Ti, fixed by loading in float16)
-_CUTLASS_NONE = re.compile(r"(?i)\bcutlass[FB]\b:? no kernel found to launch")
+_CUTLASS_NONE = re.compile(r"(?i)\bcutlass[FB]?\b\W{0,3}no kernel found to launch")
 # programs whose own setting loads the model in float16, as a paste names them, with that setting
 _FLOAT16_SETTINGS = (
     ("vLLM", r"(?i)\bvllm\b", "--dtype half (LLM(model=..., dtype=\"float16\"))"),
