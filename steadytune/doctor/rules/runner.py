@@ -181,7 +181,8 @@ import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 
 def run_rules(sheet: FactSheet, errors: list[ErrorLine]) -> list[Diagnosis]:
-    """Every rule's diagnosis, best first: confirmed before likely, then the family's rank, then the earliest line."""
+    """Every rule's diagnosis, best first: errors before warnings, confirmed before likely, then the family's rank,
+    then the earliest line."""
     ctx = Context(sheet, errors)
     found = []
     for _name, function in RULES:
@@ -197,6 +198,8 @@ def run_rules(sheet: FactSheet, errors: list[ErrorLine]) -> list[Diagnosis]:
                                   [e for e in errors if e.catalogue is not None
                                    and e.catalogue.entry.id == error.catalogue.entry.id]))
             said.add(error.catalogue.entry.id)
+    # an error before a warning even when the warning is confirmed and the error only likely: a confirmed harmless line
+    # (amdgpu.ids missing, xformers falling back to torch's attention) is never why the run stopped (round 17)
     found.sort(key=lambda d: (d.severity != "error", not d.confirmed, d.rank,
                               min(d.covers or [f.line_no for f in d.evidence] or [0])))
     return found
