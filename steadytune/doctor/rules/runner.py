@@ -101,6 +101,8 @@ import steadytune.doctor.rules.install.hidden_imports  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.platform_requests  # noqa: E402,F401
 import steadytune.doctor.rules.install.deepspeed_probes  # noqa: E402,F401
+import steadytune.doctor.rules.install.library_pages  # noqa: E402,F401
+import steadytune.doctor.rules.machine.consumer_p2p  # noqa: E402,F401
 import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensorrt_engines  # noqa: E402,F401
 import steadytune.doctor.rules.install.ctranslate2_builds  # noqa: E402,F401

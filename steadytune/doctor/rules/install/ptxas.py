@@ -91,6 +91,17 @@ def ptxas_not_found(ctx: Context) -> Optional[Diagnosis]:
     if not lines or _lines_matching(ctx, _UNSUPPORTED_ISA) or _lines_matching(ctx, _XLA_PTXAS):
         return None
     jax = re.search(r"(?i)\bjax", _text(ctx))
+    if not jax and re.search(r"(?i)triton", _text(ctx)):
+        # Triton ships its own ptxas (triton/backends/nvidia/bin) and takes another through TRITON_PTXAS_PATH
+        # (Triton's README, "Tips for building"; its install notes for torch.compile)
+        return _make("rocm-libs-missing", "Triton cannot find its ptxas",
+                     "Triton assembles its kernels with the ptxas it ships in triton/backends/nvidia/bin (or the one "
+                     "TRITON_PTXAS_PATH names); that file is missing, so the Triton install is incomplete (a partial "
+                     "download, a slimmed container layer) or the variable points nowhere",
+                     "reinstall the triton that torch pins: pip install --force-reinstall --no-deps triton==$(python -c "
+                     "\"import importlib.metadata as m; print(m.version('triton'))\"); or point it at a CUDA toolkit's "
+                     "ptxas: export TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas (the toolkit must know this GPU)",
+                     [ctx.line_fact(lines[0])], lines[:1])
     wheel = ('pip install -U "jax[cuda12]" (it brings ptxas in the nvidia-cuda-nvcc-cu12 wheel)' if jax else
              "pip install nvidia-cuda-nvcc-cu12 (ptxas in site-packages/nvidia/cuda_nvcc/bin)")
     return _make("rocm-libs-missing", "XLA cannot find ptxas",
