@@ -16,9 +16,6 @@ READINGS = [
     ("Radeon RX 7800 XT, Ubuntu 24.04\ntorch 2.6.0+cpu\nThe installed version of bitsandbytes was compiled without GPU "
      "support. 8-bit optimizers, 8-bit multiplication, and GPU quantization are unavailable.", "torch-build",
      ["whl/rocm"]),
-    # LLM.int8() below Turing
-    ("GTX 1080 Ti, transformers 4.44, bitsandbytes 0.43.3\nmodel = AutoModelForCausalLM.from_pretrained(name, "
-     "load_in_8bit=True)\nRuntimeError: cublasLt ran into an error!", "arch-missing", ["load_in_4bit=True", "6.1"]),
     # bitsandbytes on ROCm from PyPI, an old Windows release, the old runtime search
     ("MI210, ROCm 6.1, torch 2.4.1+rocm6.1\npip install bitsandbytes\nCould not find the bitsandbytes ROCm binary at "
      "PosixPath('/opt/venv/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_rocm61.so')", "wheel-platform",
@@ -120,8 +117,6 @@ READINGS = [
 ]
 
 NEGATIVES = [
-    # 8-bit on a Turing or newer card: not the int8 floor
-    ("RTX 3090, bitsandbytes 0.43, load_in_8bit=True\nRuntimeError: cublasLt ran into an error!", "load_in_4bit=True"),
     # bitsandbytes CPU-only under a CUDA torch: bitsandbytes' own library, not torch's build
     ("RTX 3060, torch 2.3.1+cu121\nThe installed version of bitsandbytes was compiled without GPU support.",
      "pip uninstall -y torch torchvision"),

@@ -1,9 +1,8 @@
 """Situations the fine-tuning and kernel libraries list on their own troubleshooting, FAQ and install pages (round 17,
 t17d), read from the machine's facts rather than from one message:
 
-- bitsandbytes' installation guide: LLM.int8() needs compute capability 7.5 (Turing) while NF4/FP4 run from Maxwell /
-  Pascal on (https://huggingface.co/docs/bitsandbytes/main/en/installation); a bitsandbytes that reports itself CPU-only
-  beside a torch built for the CPU is torch's build, not bitsandbytes';
+- bitsandbytes' installation guide (https://huggingface.co/docs/bitsandbytes/main/en/installation): a bitsandbytes that
+  reports itself CPU-only beside a torch built for the CPU is torch's build, not bitsandbytes';
 - flash-attention's README: without a working ninja the build takes hours (`ninja --version; echo $?` must be 0,
   MAX_JOBS for the memory); on ROCm the Composable Kernel backend covers MI200 / MI300 (gfx90a, gfx942, gfx950) and the
   Triton backend (FLASH_ATTENTION_TRITON_AMD_ENABLE="TRUE") the other AMD GPUs
@@ -19,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.facts import Fact
+from steadytune.doctor.facts import Fact, vendor_of
 from steadytune.doctor.fixes import cuda_wheel_for, rocm_index_for
 from steadytune.doctor.rules.base import (Context, Diagnosis, _first, _lines_matching, _make, _text, _vendor, rule)
 from steadytune.hardware.gpu_facts import normalise_gfx
@@ -34,42 +33,9 @@ def _sm(ctx: Context) -> tuple[Optional[int], Optional[Fact]]:
     return None, None
 
 
-def _card(ctx: Context, fact: Optional[Fact]) -> str:
-    gpu = ctx.sheet.first("gpu")
-    return gpu.value.rsplit(" ", 1)[0] if gpu else (fact.value if fact else "this GPU")
-
-
-# --- bitsandbytes: LLM.int8() below Turing --------------------------------------------------------------------------
-_INT8_ASKED = re.compile(r"(?i)load_in_8bit|LLM\.int8|\bint8\b|8[- ]?bit (?:quanti[sz]\w*|load\w*|matmul|model)|"
-                         r"BitsAndBytesConfig\([^)]*8bit|quantization_bit:?\s*8\b|--load[-_]in[-_]8bit")
-_FAILS = re.compile(r"(?i)\berror\b|not supported|unsupported|fail\w*|exception|cublasLt|invalid device function|"
+# a failure said: an error line, a refusal, a crash
+_FAILS = re.compile(r"(?i)\berror\b|not supported|unsupported|fail\w*|exception|invalid device function|"
                     r"no kernel image|doesn'?t work|does not work|crash\w*|Traceback")
-
-
-@rule("arch-missing")
-def bnb_int8_below_turing(ctx: Context) -> Optional[Diagnosis]:
-    """8-bit loading (LLM.int8()) failing on an NVIDIA GPU below compute capability 7.5: bitsandbytes' int8 matmul
-    needs Turing or newer, its 4-bit NF4/FP4 and 8-bit optimizers do not."""
-    text = _text(ctx)
-    if not re.search(r"(?i)bitsandbytes|\bbnb\b|load_in_8bit|LLM\.int8", text):
-        return None
-    cc, fact = _sm(ctx)
-    if cc is None or cc >= 75:
-        return None
-    asked = _lines_matching(ctx, _INT8_ASKED)
-    failed = [line for line in _lines_matching(ctx, _FAILS)]
-    if not asked or not failed:
-        return None
-    card = _card(ctx, fact)
-    return _make("arch-missing", f"LLM.int8() needs compute capability 7.5; the {card} has {cc // 10}.{cc % 10}",
-                 f"bitsandbytes' 8-bit matrix multiplication (load_in_8bit, LLM.int8()) runs on Turing (compute "
-                 f"capability 7.5) and newer; the {card} (sm_{cc}) is older, so the int8 path fails on it, while "
-                 "4-bit NF4/FP4 quantisation and the 8-bit optimizers run from Maxwell/Pascal on",
-                 f"on the {card} (compute capability {cc // 10}.{cc % 10}) load the model in 4-bit instead: "
-                 "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", "
-                 "bnb_4bit_compute_dtype=torch.float16) (fp16: this GPU has no bf16), or in fp16 without quantisation "
-                 "where it fits; keep bitsandbytes current (pip install -U bitsandbytes)",
-                 [fact] if fact else [], (asked + failed)[:2])
 
 
 # --- bitsandbytes CPU-only beside a CPU torch --------------------------------------------------------------------------
@@ -205,7 +171,10 @@ _UNSLOTH_NO_GPU = re.compile(r"Unsloth cannot find any torch accelerator|Unsloth
 def unsloth_amd_without_rocm_torch(ctx: Context) -> Optional[Diagnosis]:
     """Unsloth finding no GPU on an AMD machine: the torch beside it is not the ROCm build."""
     said = _lines_matching(ctx, _UNSLOTH_NO_GPU)
-    if not said or _vendor(ctx) != "amd" or any(a.startswith("sm_") for a in ctx.sheet.machine_archs):
+    # the machine's own facts say AMD (a Radeon / Instinct named, a gfx arch, ROCm): Unsloth's message names AMD itself
+    amd = vendor_of(ctx.sheet) == "amd" or any(f.value.startswith("gfx") for f in ctx.sheet.of("arch")) or \
+        ctx.sheet.has("rocm")
+    if not said or not amd or any(a.startswith("sm_") for a in ctx.sheet.machine_archs):
         return None
     arch = next((normalise_gfx(f.value) for f in ctx.sheet.of("arch") if f.value.startswith("gfx")), None)
     return _first(_make("torch-build", "Unsloth finds no GPU: the torch on this AMD machine is not a ROCm build",
