@@ -157,6 +157,7 @@ import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
 import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rccl_releases  # noqa: E402,F401
 import steadytune.doctor.rules.machine.peer_access  # noqa: E402,F401
+import steadytune.doctor.rules.machine.numa_balancing  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.schedulers  # noqa: E402,F401
