@@ -133,8 +133,10 @@ def ryzen_apu_on_an_older_kernel(ctx: Context) -> Optional[Diagnosis]:
                         "a working GPU agent", how + "; then rerun rocminfo (a gfx agent) before torch", [], unseen))
 
 
-_NOT_FOUND = re.compile(r"(?i)(?:Command '|\b)(rocminfo|rocm-smi|amd-smi|hipcc|hipconfig|amdclang\+*|rocm_agent_enumerator|"
-                        r"rocprof\w*)'?(?::)? (?:command )?not found")
+_TOOLS = r"(rocminfo|rocm-smi|amd-smi|hipcc|hipconfig|amdclang\+*|rocm_agent_enumerator|rocprof\w*)"
+# the shell's own words for a command it cannot find (not a build naming a path it looked in: "/usr/bin/hipcc not found")
+_NOT_FOUND = re.compile(r"(?i)Command '" + _TOOLS + r"' not found|(?<![/\w-])" + _TOOLS + r": command not found|"
+                        r"command not found: " + _TOOLS + r"\b")
 
 
 @rule("rocm-libs-missing")
@@ -143,7 +145,7 @@ def rocm_tools_not_on_path(ctx: Context) -> Optional[Diagnosis]:
     said = _lines_matching(ctx, _NOT_FOUND)
     if not said or ctx.sheet.is_windows or ctx.sheet.has("layout", "therock"):
         return None
-    tool = _NOT_FOUND.search(said[0].line).group(1)
+    tool = next(g for g in _NOT_FOUND.search(said[0].line).groups() if g)
     if not re.search(r"(?i)\binstall(?:ed|ing)?\b.{0,40}\brocm\b|\brocm\b.{0,40}\binstall|amdgpu-install|/opt/rocm",
                      _text(ctx)):
         return None
@@ -157,8 +159,10 @@ def rocm_tools_not_on_path(ctx: Context) -> Optional[Diagnosis]:
                  f"sudo ldconfig; ls {folder}/bin/{tool} must exist, else install it: sudo apt install rocm", [], said)
 
 
-_ALTERNATIVES = re.compile(r"(?i)/etc/alternatives/rocm|\bside[- ]by[- ]side\b|multi-?version|update-alternatives|"
-                           r"/opt/rocm\s*->")
+_ALTERNATIVES = re.compile(r"(?i)/etc/alternatives/rocm|update-alternatives|/opt/rocm\s*->|multi-?version install")
+# the programs said to use different releases
+_MIXED = re.compile(r"(?i)\b(?:different|mixed?|wrong|another|two) (?:ROCm )?(?:versions?|releases?)\b|\bpick(?:s|ed)? up\b|"
+                    r"\blinks?\b.{0,40}\bbut\b|\bmismatch\w*")
 
 
 @rule("rocm-libs-missing")
@@ -167,7 +171,7 @@ def several_rocm_releases(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     versions = sorted(set(re.findall(r"(?i)\brocm[-_ ]?(\d+\.\d+\.\d+)\b", text)))
     said = _lines_matching(ctx, _ALTERNATIVES)
-    if len(versions) < 2 or not said or ctx.sheet.is_windows:
+    if len(versions) < 2 or not said or ctx.sheet.is_windows or not _MIXED.search(text):
         return None
     newest = versions[-1]
     return _make("rocm-libs-missing", f"ROCm {', '.join(versions)} installed side by side",
