@@ -133,7 +133,8 @@ def ryzen_apu_on_an_older_kernel(ctx: Context) -> Optional[Diagnosis]:
                         "a working GPU agent", how + "; then rerun rocminfo (a gfx agent) before torch", [], unseen))
 
 
-_TOOLS = r"(rocminfo|rocm-smi|amd-smi|hipcc|hipconfig|amdclang\+*|rocm_agent_enumerator|rocprof\w*)"
+# (the compilers, hipcc / hipconfig / amdclang, are libraries_missing.py's reading, which weighs a build's needs)
+_TOOLS = r"(rocminfo|rocm-smi|amd-smi|rocm_agent_enumerator|rocprof\w*)"
 # the shell's own words for a command it cannot find (not a build naming a path it looked in: "/usr/bin/hipcc not found")
 _NOT_FOUND = re.compile(r"(?i)Command '" + _TOOLS + r"' not found|(?<![/\w-])" + _TOOLS + r": command not found|"
                         r"command not found: " + _TOOLS + r"\b")
