@@ -317,6 +317,10 @@ def override_hidden(ctx: Context) -> Optional[Diagnosis]:
         ctx.sheet.lines[arch.line_no - 1])]
     for product in products:
         for arch in reported:
+            # an arch of another GPU named in the paste (a Ryzen's iGPU beside its card: rocminfo lists both) is that
+            # GPU's own, not an override of this one
+            if any(other is not product and _family_of(other.detail) == _family_of(arch.value) for other in products):
+                continue
             if abs(product.line_no - arch.line_no) <= 3 and _family_of(product.detail) != _family_of(arch.value) \
                     and ctx.override() is None:
                 symptoms = ctx.of("gpu-hang", "arch-missing", "override-wrong") + ctx.crashes()

@@ -87,3 +87,46 @@ def apu_faults_on_a_stand_in(ctx: Context) -> Optional[Diagnosis]:
                  f"{setting.value} makes this {arch} APU run {target} kernels{where}: they are built for a discrete "
                  f"card, and on the APU they fault or hang as soon as real compute runs; TheRock publishes builds with "
                  f"{arch}'s own code", _install(family), [f for f in (setting, fact) if f], faults[:2])
+
+
+# a TheRock index named in the paste, by its family: the nightly S3 pages (therock-nightly-python.s3...amazonaws.com/
+# <family>/index.html) or rocm.nightlies.amd.com/v2/<family>/
+_THEROCK_INDEX = re.compile(r"(?i)(?:therock-nightly-python\.s3[\w.-]*\.amazonaws\.com|rocm\.nightlies\.amd\.com/v2)/"
+                            r"(gfx[0-9a-z]+(?:-[a-z]+)?)/")
+_NO_CODE = re.compile(r"(?i)invalid device function|hipErrorNoBinaryForGpu|no kernel image|no compatible code objects|"
+                      r"Unable to find code object|HSA_STATUS_ERROR_INVALID_ISA")
+
+
+def _index_covers(index_family: str, arch: str) -> bool:
+    """The family's wheels carry this arch: gfx110X-dgpu the discrete gfx1100-1102, gfx110X-all those and the APU's
+    gfx1103, gfx120X-all gfx1200/1201, a single target (gfx1151) itself."""
+    base, _, kind = index_family.lower().partition("-")
+    pattern = base[:-1] + "[0-9a-f]" if base.endswith("x") else base
+    if not re.fullmatch(pattern, arch.lower()):
+        return False
+    row = arch_info(arch)
+    return not (kind == "dgpu" and row is not None and row.kind == "apu")
+
+
+@rule("arch-missing")
+def therock_index_of_another_family(ctx: Context) -> Optional[Diagnosis]:
+    """TheRock's wheels came from the index of another GPU family than the machine's (RELEASES.md: one index per
+    family, gfx110X-dgpu, gfx1151, gfx120X-all, gfx94X-dcgpu ...), and the GPU's kernels are missing."""
+    used = [(n, m.group(1)) for n, line in enumerate(ctx.sheet.lines, 1) for m in _THEROCK_INDEX.finditer(line)]
+    if not used:
+        return None
+    arch, fact = ctx.arch()
+    if not arch or not arch.startswith("gfx"):
+        return None
+    family = therock_family(arch)
+    index_family = used[-1][1]
+    if family is None or _index_covers(index_family, arch):
+        return None
+    failed = ctx.of("arch-missing") or _lines_matching(ctx, _NO_CODE)
+    if not failed:
+        return None
+    said = _lines_matching(ctx, _THEROCK_INDEX)
+    return _first(_make("arch-missing", f"TheRock wheels of the {index_family} family on a {arch}",
+                        f"the wheels came from TheRock's {index_family} index, whose libraries carry that family's "
+                        f"targets only; this GPU is {arch}, of the {family} family, so its kernels are missing",
+                        _install(family), [f for f in (fact,) if f], said[:1] + failed[:1]))

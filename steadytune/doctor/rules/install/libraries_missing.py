@@ -738,6 +738,11 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                f"find $(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])') -name '{name}*'; if it "
                "is there, torch's preload list (torch/_rocm_init.py) lacks it, a packaging bug of that nightly: take an "
                f"earlier or later nightly, or LD_PRELOAD=<that file> meanwhile; if not, the rocm-sdk wheels lack {name}")
+        short = re.match(r"lib([\w-]+?)(?:64)?\.so", name)
+        if short and re.search(r"(?i)rocprofiler-sdk-roctx|miopen", name):
+            # TheRock's RELEASES.md, the torch nightlies' known issue: preload those libraries before torch
+            fix += (f"; TheRock's workaround for the torch nightlies that lack them in their preload list: import "
+                    f"rocm_sdk; rocm_sdk.preload_libraries(\"rocprofiler-sdk-roctx\", \"miopen\") before import torch")
     elif ctx.sheet.has("layout", "therock"):
         fix = ("this ROCm comes as Python wheels (TheRock), with no /opt/rocm: install its libraries into the same "
                "environment (pip install 'rocm[libraries]' from the index torch came from) and run from that venv")

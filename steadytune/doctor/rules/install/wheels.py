@@ -854,6 +854,17 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         # the package has a build of its own for this OS, or none at all (triton-windows; vLLM, flash-attn on Windows)
         return _make("wheel-platform", f"no {base} on PyPI for this platform", cause, platform,
                      [ctx.line_fact(errors[0])], errors)
+    if offered and offered.group(1).strip() == "none" and ctx.sheet.has("layout", "therock") and py and \
+            re.fullmatch(r"3\.\d+", py) and int(py.split(".")[1]) < 11:
+        # TheRock's rocm / torch wheels start at Python 3.11 (RELEASES.md: "We currently support Python 3.11 and
+        # 3.12"): an older Python finds none at all, and an older one still would not either
+        base = pin.group(1) if pin else re.split(r"[=<>!~\[;]", name)[0]
+        return _make("wheel-platform", f"no TheRock {base} for Python {py}",
+                     f"TheRock's ROCm and torch wheels are built for Python 3.11 and newer only (3.11, 3.12, later "
+                     f"3.13), so the index offers nothing for this Python {py}",
+                     f"create the environment with Python 3.12 (uv venv -p 3.12, or python3.12 -m venv .venv; conda "
+                     f"create -n rocm python=3.12), activate it and rerun the same pip install with its --find-links / "
+                     f"--index-url", [ctx.line_fact(errors[0])], errors)
     if offered and offered.group(1).strip() == "none":
         base = pin.group(1) if pin else name.split("==")[0].split(">")[0].split("<")[0]
         newest = _python_for(pin.group(1), pin.group(2), not on_windows(ctx, text)) if pin else None

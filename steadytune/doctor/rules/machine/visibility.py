@@ -383,7 +383,11 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
     if igpu and dgpu:
         # a tool that names the card by the iGPU's target ("detects the 6800 XT as gfx1036"): it took the iGPU first
         symptoms += _lines_matching(ctx, r"(?i)\b(?:detect\w*|reports?|shows?|identif\w+|recogni[sz]\w*|sees?)\b.{0,30}"
-                                         r"\bas gfx\w+|\binstead of gfx\w+|\bnothing (?:is )?working\b")
+                                         r"\bas gfx\w+|\binstead of gfx\w+|\bnothing (?:is )?working\b|"
+                                         # the run hangs or crashes with both listed, or torch counts the iGPU too
+                                         # (Radeon docs' limitations: disable the iGPU in the BIOS)
+                                         r"\bhang(?:s|ing)?\b|\bcrash\w*|\bfreez\w+|device_count\(\)\W{0,12}"
+                                         r"(?:returns?|is|=|gives)\W{0,3}2\b")
     # Ollama names the iGPU unsupported and goes on with the card it supports: the iGPU is out of the way already
     kept = any(re.search(r'msg="amdgpu is supported"|inference compute.*library=rocm', l) for l in ctx.sheet.lines)
     refused_igpu = [e for e in missing if re.search(r"amdgpu is not supported", e.line) and
