@@ -146,14 +146,15 @@ def jax_preallocates(ctx: Context) -> Optional[Diagnosis]:
     nvidia-smi shows it taken and another framework or process in the same GPU runs out."""
     text = _text(ctx)
     said = _lines_matching(ctx, _PREALLOC)
-    if not _JAX.search(text) or not said or re.search(r"XLA_PYTHON_CLIENT_(?:PREALLOCATE|MEM_FRACTION|ALLOCATOR)", text):
+    if not _JAX.search(text) or not said or re.search(r"XLA_(?:PYTHON_)?CLIENT_(?:PREALLOCATE|MEM_FRACTION|ALLOCATOR)", text):
         return None
     return _first(_make("out-of-memory", "JAX preallocates 75% of the GPU",
                         "JAX (XLA) reserves 75% of the GPU's memory at its first operation for its own allocator; "
                         "what nvidia-smi shows is that reservation, and other code (torch, TensorFlow, another JAX "
                         "process) on the same GPU gets only the rest",
                         "export XLA_PYTHON_CLIENT_PREALLOCATE=false (allocate as needed) or "
-                        "XLA_PYTHON_CLIENT_MEM_FRACTION=.50 (a smaller share) before the process starts - before "
+                        "XLA_CLIENT_MEM_FRACTION=.50 (a smaller share; XLA_PYTHON_CLIENT_MEM_FRACTION in JAX releases "
+                        "before the rename) before the process starts - before "
                         "import jax; XLA_PYTHON_CLIENT_ALLOCATOR=platform frees memory exactly (slow, for debugging)",
                         [ctx.line_fact(said[0])], said[:1]))
 
