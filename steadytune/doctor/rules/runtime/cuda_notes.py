@@ -135,7 +135,7 @@ def caching_allocator_keeps_memory(ctx: Context) -> Optional[Diagnosis]:
                  [ctx.line_fact(said[0])], said[:1], severity="warning")
 
 
-_JAX = re.compile(r"(?i)\bjax(?:lib)?\b|\bflax\b|\bXLA\b")
+_JAX = re.compile(r"(?i)\bjax(?:lib)?\b|\bflax\b")
 _PREALLOC = re.compile(r"(?i)\b75 ?%|prealloc\w*|\b(?:takes?|grabs?|reserves?|allocates?|uses?|occup\w+)\b.{0,20}"
                        r"\b(?:all|most|almost all|nearly all|the whole)\b.{0,10}\b(?:GPU|VRAM|memory)\b")
 
