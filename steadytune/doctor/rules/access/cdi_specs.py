@@ -34,10 +34,7 @@ def stale_cdi_spec(ctx: Context) -> Optional[Diagnosis]:
     # an unresolvable device under a podman older than 5: it cannot read the spec version the toolkit writes (the
     # install readings' podman_older_than_the_cdi_spec), whether or not the spec is current
     podman = re.search(r"(?i)\bpodman\S*\s+(?:version\s+)?(?:now\s+)?v?(\d+)\.\d+", text)
-    # - where a spec was generated at all: with no sign of one, none was (the toolkit's CDI page: generate it) - t17b
-    spec_said = re.search(r"(?i)cdi generate|cdi list|/(?:etc|var/run)/cdi/\S+\.(?:ya?ml|json)|cdiVersion|spec version|"
-                          r"nvidia-container-toolkit\S*\s+(?:version\s+)?v?1\.\d", text)
-    if podman and int(podman.group(1)) < 5 and spec_said and not any(_STALE.search(e.line).group(1) for e in said):
+    if podman and int(podman.group(1)) < 5 and not any(_STALE.search(e.line).group(1) for e in said):
         return None
     kind = _VENDOR_KIND.search(text)
     vendor = kind.group(1).lower() if kind else ("amd" if re.search(r"(?i)\b(?:amd|rocm|radeon|instinct)\b", text)

@@ -195,6 +195,9 @@ def nccl_wrong_interface(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not lines or re.search(r"NCCL_SOCKET_IFNAME\s*=", text):
         return None
+    # a connection that timed out or was refused is the socket reading's (interface and firewall together)
+    if re.search(r"(?i)Connect to \S+ failed|Connection (?:timed out|refused)", text):
+        return None
     bad = _NCCL_IFACE.search(lines[0].line).group(1)
     real = next((m.group(1) for m in _REAL_IFACE.finditer(text) if m.group(1) != bad), None)
     name = real or "<the interface of the nodes' network, from ip -br addr>"
