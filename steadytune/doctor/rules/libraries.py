@@ -96,9 +96,14 @@ def cudnn_older_than_built_against(ctx: Context) -> Optional[Diagnosis]:
     runtime, built = _CUDNN_OLDER.search(lines[0].line).groups()
     # jaxlib prints TensorFlow's stream executor lines (its XLA is TensorFlow's): jax named anywhere wins
     tool = next((t for t in ("jaxlib", "tensorflow", "torch") if t[:3] in _text(ctx).lower()), "the package")
+    # JAX's and TensorFlow's install pages: their pip CUDA wheels bring their own cuDNN, and a LD_LIBRARY_PATH set to
+    # a system CUDA is searched first and shadows it (t17b): the older copy is the one on that path
+    shadow = re.search(r"LD_LIBRARY_PATH\s*=\s*\S*(?:cuda|cudnn)", _text(ctx), re.I)
+    first = ("unset LD_LIBRARY_PATH (it points at a system CUDA / cuDNN whose older copy is loaded ahead of the one "
+             "pip installed with the package) and run again; else " if shadow else "")
     return _make("wheel-platform", f"cuDNN {runtime} is older than the {built} it was built for",
                  f"{tool} was built against cuDNN {built}; the cuDNN loaded is {runtime}, an older minor",
-                 f"upgrade cuDNN to {built} or newer of the same major (pip install \"nvidia-cudnn-cu"
+                 f"{first}upgrade cuDNN to {built} or newer of the same major (pip install \"nvidia-cudnn-cu"
                  f"{'12' if _release(built) >= (9,) else '11'}>={built}\", or the system libcudnn package), or install "
                  f"the {tool} build made for cuDNN {runtime}", [ctx.line_fact(lines[0])], lines[:1])
 

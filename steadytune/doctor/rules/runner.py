@@ -181,6 +181,7 @@ import steadytune.doctor.rules.runtime.attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.app_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.sage_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.trtllm_fmha  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.cuda_notes  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 

@@ -265,6 +265,13 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                     "in /etc/ld.so.conf.d or LD_LIBRARY_PATH) loads that libcuda ahead of the host driver's: compare "
                     "ldconfig -p | grep libcuda inside it with the host's driver, drop the compat path (then "
                     "ldconfig) or use an image that puts the host driver's library first")
+        if re.search(r"(?i)cuda-compat|/cuda[\w.-]*/compat\b", joined):
+            # NVIDIA's CUDA compatibility page: the forward-compat package's libcuda must be newer than the driver
+            # and is for datacenter GPUs; an installed cuda-compat older than (or unsupported by) the driver gives 803
+            fix = ("remove the CUDA forward-compatibility package the paste names (sudo apt remove 'cuda-compat-*', or "
+                   "drop /usr/local/cuda/compat from LD_LIBRARY_PATH and /etc/ld.so.conf.d, then ldconfig) so the "
+                   "driver's own libcuda is loaded; forward compatibility runs only on datacenter GPUs with a driver "
+                   "older than the compat release - else update the NVIDIA driver; " + fix)
         cause = "the CUDA libraries and the loaded NVIDIA driver do not match"
     elif re.search(r"(?i)Error 999|CUDA error\W{0,3}unknown error|CUDA unknown error|init(?:iali[sz]e)? (?:the )?GPU\W{0,3}"
                    r"unknown error|\b(?:err(?:or)?|failure)\W{0,3}999\b|\b(?:after|since) "

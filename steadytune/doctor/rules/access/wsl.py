@@ -494,7 +494,9 @@ def wsl(ctx: Context) -> Optional[Diagnosis]:
                      "/usr/lib/wsl/lib; a Linux NVIDIA driver installed inside WSL, a loader path without that folder, "
                      "or a CPU torch hides the GPU",
                      "keep only the Windows NVIDIA driver (never install a Linux driver in WSL: sudo apt remove "
-                     "'nvidia-driver-*' 'libnvidia-*' if one is there), export LD_LIBRARY_PATH=/usr/lib/wsl/lib:"
+                     "'nvidia-driver-*' 'libnvidia-*' if one is there; for nvcc install only the toolkit from NVIDIA's "
+                     "WSL-Ubuntu repository, sudo apt install cuda-toolkit-12-x, never the cuda or cuda-drivers "
+                     "meta-packages, which pull a Linux driver in), export LD_LIBRARY_PATH=/usr/lib/wsl/lib:"
                      "$LD_LIBRARY_PATH" + (", and install a CUDA torch: " + _cuda_index_for_driver(ctx, arch)
                                             if ctx.tool(errors) not in NOT_TORCH else
                                             f" for {ctx.tool(errors)}; update the Windows NVIDIA driver"),

@@ -293,6 +293,13 @@ def _rebuild_fix(ctx: Context, paddle: bool, name: str, release: Optional[tuple[
         return (f"{install}; or install the TensorFlow release built for the installed CUDA {cuda}: pip install "
                 f"{pip}=={other}.* ({pip} {other}: CUDA {TF_BUILDS[_key(other)[:2]][0]}, cuDNN "
                 f"{TF_BUILDS[_key(other)[:2]][1]}, per tensorflow.org/install/source#gpu)")
+    if other:
+        # this TensorFlow is the release built for the installed CUDA: only its cuDNN is missing or off the path
+        # (cuDNN's install guide: its bin / lib folder on PATH / LD_LIBRARY_PATH) - t17b
+        return (f"{install}; TensorFlow {other} is the release built for CUDA {cuda} (cuDNN "
+                f"{TF_BUILDS[_key(other)[:2]][1]}): put cuDNN's {'bin' if windows else 'lib'} folder on "
+                f"{'PATH' if windows else 'LD_LIBRARY_PATH'}, or copy its files into the CUDA {cuda} folder's "
+                f"{'bin' if windows else 'lib64'}") + " (tensorflow.org/install/source#gpu lists each release's CUDA and cuDNN)"
     return (f"{install}; no TensorFlow release is built for CUDA {cuda}" if cuda else install) + \
         " (tensorflow.org/install/source#gpu lists each release's CUDA and cuDNN)"
 

@@ -169,6 +169,9 @@ def _socket_interface(ctx: Context) -> Optional[Diagnosis]:
         return None
     if any(e.family not in (None, "multi-gpu-transport") for e in ctx.errors):
         return None
+    # NCCL's own NET/Socket line names the wrong interface it took: cuda_notes' reading names it and the one to use
+    if re.search(r"NET/Socket\s*:\s*Using\s*\[\d+\]\s*(?:docker\d*|lo|virbr\d+|veth\w+|br-\w+|cni\d*|flannel\S*)\s*:", text):
+        return None
     said = _lines_matching(ctx, _STUCK.pattern)
     mpi = re.search(r"(?i)\bmpirun\b|\bmpi\b", text)
     return _first(_make("multi-gpu-transport", "across nodes NCCL takes an interface that does not reach the other node",

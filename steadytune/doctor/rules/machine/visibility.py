@@ -159,11 +159,14 @@ def _module_not_loaded_on_a_second_gpu(ctx: Context) -> Optional[Diagnosis]:
 
 # NVIDIA models by name, to tell a machine of mixed cards (CUDA numbers them fastest first, nvidia-smi by PCI bus)
 _NVIDIA_MODEL = re.compile(r"(?i)(?<![a-z0-9])(A100|A800|H100|H800|H200|L40S?|A6000|A40|A10G?|V100|T4|P40|P100|"
-                           r"(?:RTX ?)?[2345]0[5-9]0(?: ?Ti)?|TITAN ?\w+)(?![a-z0-9])")
+                           r"(?:RTX ?)?[2345]0[5-9]0(?: ?Ti)?|GTX ?1[0-6][5-8]0(?: ?Ti)?|TITAN ?\w+)(?![a-z0-9])")
 # the user says the job still lands on another card than the one chosen
 _WRONG_CARD = re.compile(r"(?i)(?:一直|总是|还是|都)\W{0,2}(?:在|用|跑在|加载到)?\W{0,2}(?:0号|第一张|另一张)|"
                          r"\b(?:always|still|only)\b.{0,30}\b(?:GPU ?0|cuda:0|card 0|first (?:GPU|card)|other (?:GPU|card))\b|"
-                         r"\bwrong (?:GPU|card)\b")
+                         r"\bwrong (?:GPU|card)\b|"
+                         # the card CUDA picks against nvidia-smi's numbering (CUDA's notes: FASTEST_FIRST) - t17b
+                         r"\b(?:picks?|selects?|gets?|lands? on|runs? on|uses)\b.{0,40}\bbut nvidia-smi\b.{0,40}"
+                         r"\b(?:as|is) (?:GPU|device|card) ?(?:#|no\.? ?)?\d")
 
 
 def _device_order(ctx: Context) -> Optional[Diagnosis]:
