@@ -320,3 +320,45 @@ def vllm_rocm_triton_attention(ctx: Context) -> Optional[Diagnosis]:
         "export VLLM_USE_TRITON_FLASH_ATTN=0 before starting vLLM (it then uses the CK flash attention or the naive "
         "path); on releases without that variable choose another backend with VLLM_ATTENTION_BACKEND",
         said[:1], said[:1]))
+
+
+# --- Ollama limited to some of several GPUs ----------------------------------------------------------------------------
+
+# "use only the 4090", "only one GPU", "limit ollama to GPU 1", "just the second card"
+_ONLY_SOME = re.compile(r"(?i)\b(?:only|just|limit\w*|restrict\w*|pin\w*)\b[^\n]{0,25}\b(?:the |one |a single |my )?"
+                        r"(?:(?:[GR]TX ?)?\d{4}|RX ?\d{3,4}|A\d{3,4}|GPU|card)s?\b[^\n]{0,15}(?:\?|$|\bonly\b)|"
+                        r"\b(?:use|run on|load onto)\b[^\n]{0,20}\bonly\b[^\n]{0,20}\b(?:(?:[GR]TX ?)?\d{4}|RX ?\d{3,4}|GPU|card)")
+# the opposite wish: the model spread over both / all GPUs (OLLAMA_SCHED_SPREAD's reading)
+_SPREAD = re.compile(r"(?i)\b(?:use|on|across|over) (?:both|all)\b|\bspread\b|\bsplit\b[^\n]{0,20}\bGPUs\b")
+_UUID_LINE = re.compile(r"GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)")
+
+
+@rule("visibility")
+def ollama_on_some_gpus(ctx: Context) -> Optional[Diagnosis]:
+    """Ollama's GPU page: to keep the server to some of several GPUs, CUDA_VISIBLE_DEVICES (NVIDIA) or
+    ROCR_VISIBLE_DEVICES (AMD) in the server's environment; UUIDs are steadier than numbers, whose order may vary."""
+    if "ollama" not in ctx.sheet.tools:
+        return None
+    said = _lines_matching(ctx, _ONLY_SOME)
+    text = _text(ctx)
+    several = len(ctx.sheet.of("gpu")) >= 2 or _UUID_LINE.search(text) or re.search(
+        r"(?i)\b(?:[2-8]|two|three|four) ?x? ?(?:GPUs|cards)\b|\b[2-8]x ", text)
+    if not said or not several or _SPREAD.search(text):
+        return None
+    amd = _vendor(ctx) == "amd" and not any(a.startswith("sm_") for a in ctx.sheet.machine_archs)
+    name = "ROCR_VISIBLE_DEVICES" if amd else "CUDA_VISIBLE_DEVICES"
+    value = "<the GPU's UUID from rocminfo, or its index>" if amd else "<the GPU's UUID from nvidia-smi -L>"
+    # the card the user named, found in nvidia-smi -L's listing: its UUID
+    wanted = re.search(r"(?i)\b((?:[GR]TX ?)?\d{4}(?: Ti| SUPER)?|A\d{3,4})\b", said[0].line)
+    for _index, card, uuid in _UUID_LINE.findall(text):
+        if wanted and wanted.group(1).replace(" ", "").lower() in card.replace(" ", "").lower():
+            value = uuid
+            break
+    return _first(_make(
+        "visibility", "Ollama asked to use only some of the GPUs",
+        "the Ollama server uses every GPU it discovers; which ones it may see is set in the server's own environment, "
+        "not the client's",
+        f"set {name}={value} for the server: sudo systemctl edit ollama.service, under [Service] "
+        f"Environment=\"{name}={value}\", then sudo systemctl daemon-reload && sudo systemctl restart ollama (a "
+        f"hand-started server: {name}={value} ollama serve; Windows: a user variable, then restart Ollama from the "
+        "tray); UUIDs are steadier than numeric ids, whose order may vary", said[:1], said[:1]))
