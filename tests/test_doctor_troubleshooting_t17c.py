@@ -93,7 +93,8 @@ READINGS = [
      "apu-memory", ["GGML_CUDA_ENABLE_UNIFIED_MEMORY=1"]),
     # llama.cpp's FAQ: a model larger than the card
     ("llama-server -m Qwen2.5-72B-Instruct-Q4_K_M.gguf -ngl 999 on an RTX 3090\nggml_backend_cuda_buffer_type_alloc_buffer: "
-     "allocating 44000.00 MiB on device 0: cudaMalloc failed: out of memory", "out-of-memory", ["-ngl"]),
+     "allocating 44000.00 MiB on device 0: cudaMalloc failed: out of memory", "out-of-memory",
+     ["-ngl", "GGML_CUDA_ENABLE_UNIFIED_MEMORY=1"]),
     # llama.cpp's build page: the Vulkan build without its SDK
     ("cmake -B build -DGGML_VULKAN=1 on Ubuntu 22.04 with a Radeon RX 580\nCould NOT find Vulkan (missing: "
      "Vulkan_LIBRARY Vulkan_INCLUDE_DIR glslc)", "rocm-libs-missing", ["glslc"]),
