@@ -213,6 +213,9 @@ NEGATIVES = [
      "discovered\"", "OLLAMA_LLM_LIBRARY"),
     # Ollama asked to spread over all its GPUs: not the keep-to-some reading
     ("ollama on 2x RTX 3090, the model only loads on one GPU, how do I make it use both?", "UUIDs are steadier"),
+    # the GPU asked for instead of the CPU, several old cards: not a subset of the GPUs
+    ("my box has 2 Tesla K40m cards, can ollama only use the gpu for a model? it runs on cpu\nollama 0.6.1, Ubuntu 20.04",
+     "UUIDs are steadier"),
     # vLLM on NVIDIA with pip
     ("pip install vllm on 2x RTX 4090, Ubuntu 22.04\nRuntimeError: Failed to infer device type", "rocm/vllm"),
     # vLLM's ROCm wheel from AMD's index
