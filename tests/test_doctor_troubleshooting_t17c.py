@@ -216,6 +216,8 @@ NEGATIVES = [
     # the GPU asked for instead of the CPU, several old cards: not a subset of the GPUs
     ("my box has 2 Tesla K40m cards, can ollama only use the gpu for a model? it runs on cpu\nollama 0.6.1, Ubuntu 20.04",
      "UUIDs are steadier"),
+    # a backend said to be the only one used on several cards: not a subset of the GPUs
+    ("ollama 0.13 only uses Vulkan on my 2x RTX 4060 Ti box, much slower than before", "UUIDs are steadier"),
     # vLLM on NVIDIA with pip
     ("pip install vllm on 2x RTX 4090, Ubuntu 22.04\nRuntimeError: Failed to infer device type", "rocm/vllm"),
     # vLLM's ROCm wheel from AMD's index

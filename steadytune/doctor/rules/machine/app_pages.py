@@ -329,8 +329,9 @@ def vllm_rocm_triton_attention(ctx: Context) -> Optional[Diagnosis]:
 # bare "only use GPU", which asks for the GPU instead of the CPU)
 _SOME = (r"(?:(?:one|a single|the (?:first|second|third|fourth|last)) (?:GPU|card)|(?:GPU|card|device) ?#?\d\b|"
          r"(?:the |my )?(?:[GR]TX ?)?\d{4}\b|RX ?\d{3,4}\b|A\d{3,4}\b)")
-_ONLY_SOME = re.compile(r"(?i)\b(?:only|just|limit\w*|restrict\w*|pin\w*)\b[^\n]{0,25}\b" + _SOME + r"|"
-                        r"\b(?:use|run on|load onto)\b[^\n]{0,20}\bonly\b[^\n]{0,20}\b" + _SOME)
+_ONLY_SOME = re.compile(r"(?i)\b(?:only|just)\s+(?:use\s+|run\s+on\s+|on\s+|load\s+onto\s+)?(?:the\s+|my\s+)?" + _SOME +
+                        r"|\b(?:limit|restrict|pin)\w*\b[^\n]{0,25}\bto\s+(?:the\s+|my\s+)?" + _SOME +
+                        r"|\b(?:use|run on|load onto)\b[^\n]{0,20}\bonly\s+(?:the\s+|my\s+)?" + _SOME)
 # the opposite wish: the model spread over both / all GPUs (OLLAMA_SCHED_SPREAD's reading)
 _SPREAD = re.compile(r"(?i)\b(?:use|on|across|over) (?:both|all)\b|\bspread\b|\bsplit\b[^\n]{0,20}\bGPUs\b")
 _UUID_LINE = re.compile(r"GPU (\d+): (.+?) \(UUID: (GPU-[0-9a-fA-F-]+)\)")
