@@ -78,7 +78,9 @@ _SAID_CC = re.compile(r"(?i)compute capability(?: detected)?[:\s]+(\d{1,2})\.(\d
 _IDLE = re.compile(r"(?i)\b(?:not|n't|never) (?:running|runs?|use|using|utili[sz]\w*) (?:on |the )?(?:my )?gpu|"
                    r"\buses? (?:the )?cpu\b|falling back to cpu|fell back to cpu|\bcpu mode\b|no GPU detected|"
                    r"\bruns?\b[^.\n]{0,30}\bon (?:the )?cpu\b|\bignores?\b[^.\n]{0,20}\b(?:gpu|card|tesla|geforce|quadro)\b|"
-                   r"too old|can(?:'t|not) detect|\bcuda error\b|no kernel image is available|无法在|不能在|用不了|\?|适配|支持")
+                   r"too old|can(?:'t|not) detect|\bcuda error\b|no kernel image is available|无法在|不能在|用不了|\?|适配|支持|"
+                   # Ollama's own log saying it found no GPU it can use (its GPU page's floor: compute capability 5.0)
+                   r"no compatible GPUs were discovered")
 # the families whose lines are what an unusable card looks like; any other error line has its own reading
 _SYMPTOMS = {None, "visibility", "torch-build", "driver", "gpu-unsupported", "arch-missing"}
 

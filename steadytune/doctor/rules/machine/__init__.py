@@ -15,6 +15,9 @@
   schedulers   GPUs a scheduler hides from a task that did not ask for them: Ray's num_gpus, SLURM's --gres
   rendezvous   how the ranks find and wait for each other: the collective timeout outwaited, the socket interface,
                libuv, the port, a thin report of multi-node failure
+  app_pages    situations the local apps' and servers' own troubleshooting pages list, told in words: an NVIDIA GPU
+               lost after suspend, SELinux and a container's devices, LM Studio's CPU runtime, a ggml app on a CPU
+               without AVX2, Ollama asked for the CPU, vLLM's PyPI wheel on AMD, SGLang's prefill out of memory
 
 runner.py imports them in this order, which is the order their rules register in.
 """

@@ -410,10 +410,14 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                  if first else "export HIP_VISIBLE_DEVICES=<index of the card> (rocminfo / rocm-smi list the order; "
                  "often the card is 0 and the iGPU 1, or the reverse)")
         who = f"an iGPU ({igpu[0]}) beside the card ({dgpu[0]})" if igpu and dgpu else "an iGPU beside the card"
+        # Ollama's GPU page names ROCR_VISIBLE_DEVICES (ids or UUIDs from rocminfo) for its server
+        ollama = ("; for the Ollama server set ROCR_VISIBLE_DEVICES=<the card's id or UUID from rocminfo> in its "
+                  "environment (sudo systemctl edit ollama.service, Environment=\"ROCR_VISIBLE_DEVICES=...\")"
+                  if "ollama" in ctx.sheet.tools and not ctx.sheet.is_windows else "")
         return _make("visibility", "the integrated GPU is in the way",
                      f"the machine has {who}; tools take every GPU or device 0, and the iGPU has no usable ROCm code",
                      f"hide the integrated GPU (iGPU): {index}, or disable the iGPU in the BIOS"
-                     f"{' (or in Device Manager)' if ctx.sheet.is_windows else ''}{also}",
+                     f"{' (or in Device Manager)' if ctx.sheet.is_windows else ''}{also}{ollama}",
                      [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
                                   _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
     # (hipErrorInvalidDevice while HIP starts, from hipGetDeviceCount / hipInit, is no index: the runtime found no

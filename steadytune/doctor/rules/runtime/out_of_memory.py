@@ -18,7 +18,10 @@ from steadytune.doctor.rules.runtime.program_memory import (card_gib, INFERENCE_
 
 
 _SERVING_OOM_FIX = {
-    "llama.cpp": "offload fewer layers (-ngl N smaller) or a smaller context (-c)",
+    # (llama.cpp's build page: on Linux, GGML_CUDA_ENABLE_UNIFIED_MEMORY=1 lets the CUDA / HIP backend spill into
+    # system RAM instead of failing, slower)
+    "llama.cpp": "offload fewer layers (-ngl N smaller) or a smaller context (-c); on Linux "
+                 "GGML_CUDA_ENABLE_UNIFIED_MEMORY=1 lets it spill into system RAM instead of failing (slower)",
     "ollama": "a smaller context (num_ctx) or fewer GPU layers (num_gpu), or a smaller quantisation",
     # (vLLM's "conserving memory" docs: the CUDA graphs it captures grow with --max-num-seqs; --enforce-eager skips them)
     "vllm": "--gpu-memory-utilization lower (0.75) and --max-model-len smaller (8192); fewer concurrent sequences "
