@@ -105,7 +105,7 @@ READINGS = [
      ["CUBLAS_WORKSPACE_CONFIG=:4096:8", "warn_only=True"]),
     ("Windows 10, GTX 1650, train.py with DataLoader(num_workers=2) at the top level\nRuntimeError:\n        An attempt "
      "has been made to start a new process before the\n        current process has finished its bootstrapping phase.",
-     "device-access", ["if __name__ == '__main__'", "num_workers=0"]),
+     "device-access", ['if __name__ == "__main__"', "num_workers=0"]),
     # NCCL's troubleshooting page
     ("accelerate launch on 2x A40\nNCCL WARN Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 41000\n"
      "torch.distributed.DistBackendError: NCCL error ... invalid usage", "visibility", ["LOCAL_RANK", "set_device"]),

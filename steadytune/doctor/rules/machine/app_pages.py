@@ -77,6 +77,8 @@ def selinux_blocks_container_devices(ctx: Context) -> Optional[Diagnosis]:
         return None
     if re.search(r"(?i)\bavc:\s+denied\b", text):
         return None   # the audit log's own denial names the permission and the policy: the access rules read it
+    if re.search(r"nvidia-container-cli: (?:initialization|mount) error:", text):
+        return None   # the NVIDIA hook's own refusal: its catalogue entry gives the toolkit's relabel / label=disable fix
     amd = _vendor(ctx) == "amd"
     devices = ("--device /dev/kfd --device /dev/dri --group-add video --group-add render" if amd else
                "--gpus all (podman: --device nvidia.com/gpu=all through CDI)")
