@@ -63,6 +63,10 @@ READINGS = [
     ("python train.py with Accelerator() on 2x RTX 4090\nNotImplementedError: Using RTX 4000 series doesn't support "
      "faster communication broadband via P2P or IB. Please set `NCCL_P2P_DISABLE=\"1\"` and `NCCL_IB_DISABLE=\"1\" or "
      "use `accelerate launch` which will do this automatically.", "multi-gpu-transport", ["NCCL_P2P_DISABLE=1"]),
+    # accelerate's newer wording of the same refusal (state.py): "RTX 3090 or 4000 series"
+    ("4x RTX 3090, python sft.py (Trainer)\nNotImplementedError: Using RTX 3090 or 4000 series doesn't support faster "
+     "communication broadband via P2P or IB. Please set `NCCL_P2P_DISABLE=\"1\"` and `NCCL_IB_DISABLE=\"1\" or use "
+     "`accelerate launch` which will do this automatically.", "multi-gpu-transport", ["NCCL_IB_DISABLE=1"]),
     ("tokenizing a big dataset on the main process with accelerate, 8x H100\n[Rank 3] Watchdog caught collective "
      "operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800321 milliseconds "
      "before timing out.", "multi-gpu-transport", ["timeout"]),
