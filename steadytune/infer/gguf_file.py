@@ -527,6 +527,7 @@ def verify_gguf(path: Path, model, tokenizer, prompts: Sequence[Sequence[int]], 
                          == tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts)
     reference = model.float().eval() if next(model.parameters()).dtype != torch.float32 else model.eval()
     worst, scale, agree, positions, greedy_same = 0.0, 0.0, 0, 0, 0
+    stop = reference.generation_config.eos_token_id
     with torch.inference_mode():
         for ids in prompts:
             x = torch.tensor([list(ids)])
@@ -536,10 +537,13 @@ def verify_gguf(path: Path, model, tokenizer, prompts: Sequence[Sequence[int]], 
             scale = max(scale, a.abs().max().item())
             agree += int((a.argmax(-1) == b.argmax(-1)).sum())
             positions += a.shape[0]
+            # one stopping rule for both: the reader builds its generation config from the file (one eos id) while
+            # the model may stop on several (Qwen3's [<|im_end|>, <|endoftext|>]); a greedy answer that reached one
+            # of the others would end early on one side only and read as a different answer
             ga = reference.generate(x.to(next(reference.parameters()).device), max_new_tokens=max_new_tokens,
-                                    do_sample=False, pad_token_id=tokenizer.pad_token_id)[0].cpu()
+                                    do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=stop)[0].cpu()
             gb = loaded.generate(x, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id)[0]
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=stop)[0]
             greedy_same += int(torch.equal(ga, gb))
     del loaded
     return GGUFCheck(kind, worst, worst / max(scale, 1e-12), agree / max(positions, 1), greedy_same, len(prompts),
