@@ -377,3 +377,35 @@ def test_q4_k_m_goes_through_llama_cpp_or_says_what_it_needs(tiny, tmp_path):
     write_gguf(model, tokenizer, path, "q4_k_m", None, [], "m", progress=False)
     check = verify_gguf(path, model, tokenizer, [tokenizer(t)["input_ids"] for t in TEXTS[:4]], TEXTS, "q4_k_m")
     assert check.tokenizer_same and check.ok, check.describe()
+
+
+def test_gguf_check_stops_both_sides_on_the_models_eos_ids(tmp_path):
+    """The model may stop on several eos ids (Qwen3: <|im_end|> and <|endoftext|>) while the GGUF read back carries
+    one. A greedy answer that reaches the other id must end on both sides, or the check reports a different answer
+    for a file whose logits are identical (this failed in a fresh clone, where training gave slightly other
+    weights)."""
+    from steadytune.infer import gguf_file
+    from steadytune.model.tiny import build_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    model = build_model("qwen3", tokenizer, seed=0).eval()
+    path = gguf_file.write_gguf(model, tokenizer, tmp_path / "two-eos.gguf", "f32", None, [tokenizer.eos_token_id],
+                                "two-eos", progress=False)
+
+    def greedy(ids):
+        with torch.inference_mode():
+            return model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=None,
+                                  pad_token_id=tokenizer.pad_token_id)[0, len(ids):].tolist()
+
+    # a second stop id that a greedy answer reaches midway, known only to the model's generation config
+    # (random tiny models repeat one token for a while, so look for an answer that changes token)
+    def changes(ids):
+        answer = greedy(ids)
+        return [t for i, t in enumerate(answer) if i >= 1 and t not in answer[:i] and t != tokenizer.eos_token_id]
+
+    prompt, second = next((ids, changes(ids)[0]) for ids in (tokenizer(text)["input_ids"] for text in TEXTS)
+                          if changes(ids))
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, second]
+    check = gguf_file.verify_gguf(path, model, tokenizer, [prompt], TEXTS, "f32")
+    assert check.max_abs_logit_error < 1e-5
+    assert check.greedy_same == check.prompts == 1
