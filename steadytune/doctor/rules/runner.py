@@ -175,6 +175,7 @@ import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gpu_hang  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.own_precision  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.precision_modes  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.compute_types  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.quantized_output  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gtx16_half  # noqa: E402,F401
