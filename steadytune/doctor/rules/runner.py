@@ -136,6 +136,7 @@ import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
 import steadytune.doctor.rules.install.jax_local_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.jit_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmm_platforms  # noqa: E402,F401
 import steadytune.doctor.rules.install.colmap_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.spconv_builds  # noqa: E402,F401
