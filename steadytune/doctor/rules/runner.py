@@ -48,6 +48,7 @@ import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401
 # Paddle's builds: its own messages name the build to take
 import steadytune.doctor.rules.install.paddle_builds  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
+import steadytune.doctor.rules.access.runtime_package  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_limits  # noqa: E402,F401
 import steadytune.doctor.rules.access.rocdxg_symbols  # noqa: E402,F401
 import steadytune.doctor.rules.access.amd_install_pages  # noqa: E402,F401
@@ -137,6 +138,7 @@ import steadytune.doctor.rules.install.jax_local_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.jit_kernels  # noqa: E402,F401
+import steadytune.doctor.rules.install.bundle_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmm_platforms  # noqa: E402,F401
 import steadytune.doctor.rules.install.colmap_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.spconv_builds  # noqa: E402,F401
