@@ -283,7 +283,8 @@ def _system_cuda_runtime(ctx: Context, error: ErrorLine) -> bool:
     # nothing in the paste ties the runtime to torch (no torch, no import, no traceback: a server's worker relaying
     # the loader's message, xinference's "[address=..., pid=...]"): the CUDA runtime missing from the machine is the
     # plain reading, and installing it the fix the users confirm (xorbitsai/inference#1286, round 18)
-    return not re.search(r"(?i)\btorch\b|^\s*(?:from|import)\s+\w|\bFile \"", _text(ctx), re.M)
+    # (PyTorch named by collect_env, a package's compiled module such as vllm._C: torch's side, as before)
+    return not re.search(r"(?i)torch\b|\w\._C\b|^\s*(?:from|import)\s+\w|\bFile \"", _text(ctx), re.M)
 
 
 def _cuda_runtime_of_torch(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
