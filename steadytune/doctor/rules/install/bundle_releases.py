@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,9 @@ def bundle_release_lacks_file(ctx: Context) -> Optional[Diagnosis]:
             continue
         lines = _lines_matching(ctx, row.lacks)
         if lines:
-            return _make("rocm-libs-missing", f"the {row.name} package was published without files it needs",
+            # the package build is known to lack these very files: that settles it before any reading of the
+            # machine's own cuDNN (its zlib, its PATH)
+            return _first(_make("rocm-libs-missing", f"the {row.name} package was published without files it needs",
                          f"{row.why} ({row.source}): the package build, not the machine, lacks them", row.fix,
-                         [ctx.line_fact(lines[0])], lines[:1])
+                         [ctx.line_fact(lines[0])], lines[:1]))
     return None
