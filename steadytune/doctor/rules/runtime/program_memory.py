@@ -204,8 +204,8 @@ _PROGRAMS = (
             "(slice the audio into a few seconds each), and other programs using the GPU closed"),
     Program("CogVLM2 int4", r"(?i)\bcogvlm2[\w.-]*-int4\b|\bint4\b.{0,80}\bcli_demo_multi_gpus\b|"
                             r"\bcli_demo_multi_gpus\b.{0,200}\bint4\b", "inference",
-            "CogVLM2's int4 model is loaded whole on one GPU before any layer is placed (the bitsandbytes load is "
-            "not split by the multi-GPU demo's device map), so each card must hold the whole int4 model",
+            "the multi-GPU demo loads CogVLM2's int4 model whole on one GPU first, before its device map spreads "
+            "the layers, so one card must hold the whole int4 model",
             "each GPU must have more than 16G for the int4 model (the basic demo's README: Int4 inference 16GB; "
             "two 12G cards cannot run it, whatever max_memory_per_gpu says): one card of 16G or more with "
             "cli_demo.py --quant 4, or the BF16 model split over cards with 42GB in all"),
