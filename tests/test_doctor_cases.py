@@ -241,6 +241,11 @@ KNOWN_MISSES = {
     "https://github.com/fishaudio/fish-speech/issues/468": "the accepted fix is fish-speech's own torch pin (2.3.1), "
                                                            "but the paste never names fish-speech; a paste that "
                                                            "does gets it (app_torch)",
+    # round 18 (r18e): the accepted fix is the pull request that fixed a regression, which nothing in the paste names
+    "https://github.com/ggml-org/llama.cpp/issues/23977": "the fix is llama.cpp PR 24233 (prop.integrated restored for "
+                                                          "HIP builds after PR 16308 hard-coded false); the paste "
+                                                          "describes the bug but names neither PR nor the build that "
+                                                          "fixed it",
 }
 
 

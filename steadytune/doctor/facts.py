@@ -630,7 +630,7 @@ _TOOLS = (
                r"msg=\"amdgpu (?:is not supported|too old)|\bgpu_type=gfx|msg=\"dropping ROCm device"),
     ("llama.cpp", r"\bggml_\w+|\bllama_(?:model|new_context|init|load)\w*|\bllama-(?:cli|server|bench)\b|ggml-(?:cuda|hip)|"
                   r"GGML_HIP|\bllama\.cpp\b|\bload_tensors:|\bLLAMA_HIPBLAS\b"),
-    ("vllm", r"\bvllm\b|\bvLLM\b|No available memory for the cache blocks|gpu_memory_utilization|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
+    ("vllm", r"\bvllm\b|\bvLLM\b|(?<![A-Za-z0-9_])(?:vllm|VLLM|vLLM)(?=[\u3040-\u30ff\u4e00-\u9fff])|No available memory for the cache blocks|gpu_memory_utilization|\(EngineCore\w*|\(VllmWorker\w*|multiproc_worker_utils\.py|\[core\.py:\d+\]"),
     # its own start-up messages name it where the paste does not ("CUDA SETUP: ...", the Volta/Pascal int8 warning)
     ("bitsandbytes", r"bitsandbytes|libbitsandbytes_\w+|\bCUDA SETUP: |Only slow 8-bit matmul is supported"),
     ("comfyui", r"\bComfyUI\b|comfy[/\\]|\bcomfy\.\w+"),

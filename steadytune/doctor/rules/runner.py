@@ -48,6 +48,7 @@ import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401
 # Paddle's builds: its own messages name the build to take
 import steadytune.doctor.rules.install.paddle_builds  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
+import steadytune.doctor.rules.access.runtime_package  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_limits  # noqa: E402,F401
 import steadytune.doctor.rules.access.rocdxg_symbols  # noqa: E402,F401
 import steadytune.doctor.rules.access.amd_install_pages  # noqa: E402,F401
@@ -136,6 +137,8 @@ import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
 import steadytune.doctor.rules.install.jax_local_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.jit_kernels  # noqa: E402,F401
+import steadytune.doctor.rules.install.bundle_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmm_platforms  # noqa: E402,F401
 import steadytune.doctor.rules.install.colmap_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.spconv_builds  # noqa: E402,F401
@@ -155,6 +158,7 @@ import steadytune.doctor.rules.machine.late_visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rocm_build_enumeration  # noqa: E402,F401
 import steadytune.doctor.rules.machine.gpu_selection  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
+import steadytune.doctor.rules.machine.mps_memory  # noqa: E402,F401
 import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
 import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rccl_releases  # noqa: E402,F401
@@ -175,6 +179,7 @@ import steadytune.doctor.rules.runtime.miopen  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gpu_hang  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.precision  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.own_precision  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.precision_modes  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.compute_types  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.quantized_output  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gtx16_half  # noqa: E402,F401

@@ -199,12 +199,21 @@ def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[s
         if cuda_lib.group(1) != "cudnn" and int(major) >= 11:
             # a CUDA library, not cuDNN: its own nvidia-* wheel for that CUDA major (cublasLt is in nvidia-cublas)
             wheel = _CUDA_WHEELS.get(re.sub(r"Lt$", "", cuda_lib.group(1)), "nvidia-" + cuda_lib.group(1))
+            # the toolkit from NVIDIA's apt repository (cuda-keyring, then cuda-toolkit-<major>-<minor>: NVIDIA's
+            # network-repo instructions); any minor of the major carries the soname, 12.4 / 11.8 as the example where
+            # the paste names none (xorbitsai/inference#1286 installed cuda-toolkit-12-4)
+            said = re.search(rf"(?i)\bCUDA(?: Toolkit)?[ :]*v?({major})\.(\d)\b|\+cu{major}(\d)\b", _text(ctx))
+            minor = next((g for g in said.groups()[1:] if g), None) if said else None
+            minor = minor or {"12": "4", "11": "8"}.get(major)
+            apt = (f"; on Ubuntu/Debian the toolkit comes from NVIDIA's apt repository: install its cuda-keyring "
+                   f"package, then sudo apt-get install cuda-toolkit-{major}-{minor} (any CUDA {major}.x toolkit the "
+                   f"driver runs carries {name})" if minor and cuda_lib.group(1) == "cudart" else "")
             return (f"{what} {major} is not found", f"the program loads {name} (CUDA {major}'s {what}), which is not "
                     "installed or not on the loader's path (pip's nvidia-* wheels put theirs inside site-packages)",
                     f"install CUDA {major}'s {what}: pip install {wheel}-cu{major} (or the CUDA {major} toolkit) and put "
                     f"its lib folder on the loader's path: export LD_LIBRARY_PATH=<site-packages>/nvidia/"
                     f"{wheel.removeprefix('nvidia-').replace('-', '_')}/lib:$LD_LIBRARY_PATH (or import torch "
-                    "first, whose CUDA build loads them)")
+                    "first, whose CUDA build loads them)" + apt)
         if cuda_lib.group(1) != "cudnn":
             # a CUDA 10 (or older) library: NVIDIA's nvidia-* wheels start at CUDA 11, so only that toolkit has it
             release = re.search(rf"lib{cuda_lib.group(1)}\w*\.so\.(\d+\.\d+)", text)

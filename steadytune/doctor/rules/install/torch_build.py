@@ -277,8 +277,14 @@ def _system_cuda_runtime(ctx: Context, error: ErrorLine) -> bool:
     """The package that cannot load libcudart is one without torch (llama-cpp-python's CUDA wheels, CTranslate2): it
     loads the CUDA runtime from the system, not from torch's CUDA build."""
     around = "\n".join(ctx.sheet.lines[max(0, error.line_no - 6): error.line_no + 1])
-    return bool(_WITHOUT_TORCH.search(around) or (_WITHOUT_TORCH.search(_text(ctx)) and
-                                                  not re.search(r"(?i)\btorch\b", _text(ctx))))
+    if _WITHOUT_TORCH.search(around) or (_WITHOUT_TORCH.search(_text(ctx)) and
+                                         not re.search(r"(?i)\btorch\b", _text(ctx))):
+        return True
+    # nothing in the paste ties the runtime to torch (no torch, no import, no traceback: a server's worker relaying
+    # the loader's message, xinference's "[address=..., pid=...]"): the CUDA runtime missing from the machine is the
+    # plain reading, and installing it the fix the users confirm (xorbitsai/inference#1286, round 18)
+    # (PyTorch named by collect_env, a package's compiled module such as vllm._C: torch's side, as before)
+    return not re.search(r"(?i)torch\b|\w\._C\b|^\s*(?:from|import)\s+\w|\bFile \"", _text(ctx), re.M)
 
 
 def _cuda_runtime_of_torch(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:

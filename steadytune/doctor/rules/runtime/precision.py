@@ -8,6 +8,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.rules.base import _catalogue, Context, Diagnosis, _make, _restate, rule
+from steadytune.doctor.rules.runtime.demo_dtype_flags import demo_dtype_flag
 from steadytune.doctor.rules.runtime.shared import _text_of, _training, _WHISPER
 
 
@@ -521,6 +522,9 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     if bf16:
         where = ("fp16: true and bf16: false in the training config (LLaMA-Factory, axolotl; --fp16 instead of --bf16 "
                  "on the command line)" if _training(ctx) else "the project's dtype setting")
+        demo = None if _training(ctx) else demo_dtype_flag(_text_of(ctx))   # a repository demo's own flag (r18e)
+        if demo:
+            where = demo
         return _make("precision", "bf16 does not run on this stack", "a bf16 operation runs where the GPU (or the "
                      "installed torch and CUDA) has no bf16 support",
                      f"turn bf16 off: run in fp16 (or fp32) instead of bf16: {where}; a model trained or saved in "

@@ -45,6 +45,18 @@ Facts (each program's README, docs or argument parser):
       --pipeline.model.eval-num-rays-per-chunk, nerfstudio-data --downscale-factor.
   Online int8/int4 quantization (Baichuan's and ChatGLM's model.quantize(8)): it runs on weights already loaded in
       fp16, so device_map="auto" (or .cuda() first) puts the whole fp16 model on the GPU before it.
+  deepbeepmeep's "GPU Poor" apps (HunyuanVideoGP, Wan2GP, Hunyuan3D-2GP, YuE-GP) run on mmgp, whose five profiles
+      trade speed for memory: 1 HighRAM_HighVRAM ... 4 LowRAM_LowVRAM (the default) ... 5 VerylowRAM_LowVRAM, the
+      most offloading (mmgp's README and profile docstring; the apps' --profile N, Hunyuan3D-2-WinPortable's README
+      "replace --profile 5 with --profile 1"; deepbeepmeep/HunyuanVideoGP#4: profile 4 ran out on a 4090, 5 worked).
+  GPT-SoVITS (RVC-Boss/GPT-SoVITS#577, the maintainer): a 4 GB card trains SoVITS / GPT only with batch size 1 and
+      short clips, other GPU programs closed.
+  CogVLM2 (THUDM/CogVLM2 basic_demo/README.md: Int4 inference 16GB; its cli_demo_multi_gpus.py header: "need more
+      than 16GB of video memory"; THUDM/CogVLM2#58: the int4 model is loaded whole on one card first, so two 12G
+      cards cannot run it).
+  Langchain-Chatchat 0.2.x starts FastChat's model worker from startup.py, whose create_model_worker_app sets
+      args.load_8bit = False (its startup.py); True loads the model in int8 (chatchat-space/Langchain-Chatchat#2047:
+      chatglm3-6b then ran in about 8 GB).
 """
 
 from __future__ import annotations
@@ -94,6 +106,18 @@ def _demucs_card(joined: str, fix: str) -> str:
         return (f"on a {gib:g} GB card run it on the CPU: add -d cpu to the command (about 1.5x the track's length "
                 "to separate); " + fix)
     return fix
+
+
+# a name's edges in a paste that runs it into Chinese ("SOVITS时", "Langchain-Chatchat在哪里"): \b sees no boundary
+# between two word characters, so the edges are ASCII ones
+_ASCII_A = r"(?<![A-Za-z0-9_])"
+_ASCII_Z = r"(?![A-Za-z0-9_])"
+
+
+def _mmgp_profile(joined: str, fix: str) -> str:
+    """The profile the paste ran with ("running profile 4", --profile 3), said beside profile 5."""
+    given = re.search(r"(?i)profile\W{0,3}(\d(?:\.5|\+)?)", joined)
+    return fix.replace("{given}", f" (now profile {given.group(1)})" if given else "")
 
 
 # most specific first: a fork before its family (OpenRLHF's forks name it), a model's own script before diffusers
@@ -163,6 +187,35 @@ _PROGRAMS = (
             "HunyuanVideo keeps its transformer, its LLM text encoder and the VAE on the GPU together",
             "sample_video.py --use-cpu-offload (the models move to the GPU in turn), fewer frames (--video-length) "
             "or a smaller --video-size; diffusers: pipe.enable_model_cpu_offload() and pipe.vae.enable_tiling()"),
+    # deepbeepmeep's mmgp apps: their memory is the profile's offloading, named by the app or by "profile N" beside
+    # the run (the paste of HunyuanVideoGP#4 says only "running profile 4")
+    Program("an mmgp (GPU Poor) app", _ASCII_A + r"(?i:mmgp|(?:HunyuanVideo|Wan2|Hunyuan3D-2|YuE-|Cosmos1|FluxFill|SkyReels\w*)GP)" + _ASCII_Z +
+                                      r"|--profile [1-5](?![0-9])|(?i:\b(?:running|using|with|in|on) profile "
+                                      r"[1-4](?:\.5|\+)?(?![0-9A-Za-z]|\.\d))", "inference",
+            "the GPU Poor apps run on mmgp, whose memory profile decides how much of the models stays in VRAM and RAM "
+            "(profile 4, LowRAM_LowVRAM, is the usual default; profile 5, VerylowRAM_LowVRAM, offloads the most)",
+            "switch to profile 5 (VerylowRAM_LowVRAM, the most offloading, slower): --profile 5 on the command line "
+            "or in the app's configuration{given}; fewer frames or a smaller resolution on top", adapt=_mmgp_profile),
+    Program("GPT-SoVITS", _ASCII_A + r"(?i:gpt[-_ ]?sovits|sovits|SoVITS_weights|GPT_weights\w*|s[12]_train\.py)" + _ASCII_Z,
+            "any",
+            "GPT-SoVITS fine-tunes its SoVITS and GPT models with batch_size clips at once, and a long clip's "
+            "activations grow with its length: on a small card (4 GB) only the smallest batch fits",
+            "batch size=1 for the SoVITS and GPT training steps (the WebUI's batch_size per card), with short clips "
+            "(slice the audio into a few seconds each), and other programs using the GPU closed"),
+    Program("CogVLM2 int4", r"(?i)\bcogvlm2[\w.-]*-int4\b|\bint4\b.{0,80}\bcli_demo_multi_gpus\b|"
+                            r"\bcli_demo_multi_gpus\b.{0,200}\bint4\b", "inference",
+            "the multi-GPU demo loads CogVLM2's int4 model whole on one GPU first, before its device map spreads "
+            "the layers, so one card must hold the whole int4 model",
+            "each GPU must have more than 16G for the int4 model (the basic demo's README: Int4 inference 16GB; "
+            "two 12G cards cannot run it, whatever max_memory_per_gpu says): one card of 16G or more with "
+            "cli_demo.py --quant 4, or the BF16 model split over cards with 42GB in all"),
+    Program("Langchain-Chatchat", _ASCII_A + r"(?i:langchain[-_ ]?chatchat|chatchat|langchain[-_ ]chatglm)" + _ASCII_Z,
+            "inference",
+            "Langchain-Chatchat loads the LLM through the FastChat model worker its startup.py starts, in fp16 (its "
+            "create_model_worker_app sets args.load_8bit = False), so a model's own quantize call is never reached",
+            "set args.load_8bit = True in startup.py (create_model_worker_app, where the FastChat worker's args are "
+            "set) and restart: the model loads in int8 (chatglm3-6b then takes about 8 GB); or serve a published "
+            "int4 model"),
     Program("Fooocus", r"(?i)\bFooocus\b", "inference",
             "Fooocus keeps the SDXL model on the GPU as its VRAM mode decides",
             "start Fooocus with --always-low-vram (or --always-no-vram; --always-offload-from-vram), a smaller "
