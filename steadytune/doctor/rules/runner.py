@@ -52,6 +52,10 @@ import steadytune.doctor.rules.access.wsl_limits  # noqa: E402,F401
 import steadytune.doctor.rules.access.rocdxg_symbols  # noqa: E402,F401
 import steadytune.doctor.rules.access.amd_install_pages  # noqa: E402,F401
 import steadytune.doctor.rules.access.amdgpu_repos  # noqa: E402,F401
+import steadytune.doctor.rules.access.ollama_cuda_runners  # noqa: E402,F401
+import steadytune.doctor.rules.access.hip_entry_points  # noqa: E402,F401
+import steadytune.doctor.rules.access.uvm_module  # noqa: E402,F401
+import steadytune.doctor.rules.access.nixos_kernel  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
@@ -159,6 +163,7 @@ import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
 import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
 import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rccl_releases  # noqa: E402,F401
+import steadytune.doctor.rules.machine.rccl_host_driver  # noqa: E402,F401
 import steadytune.doctor.rules.machine.peer_access  # noqa: E402,F401
 import steadytune.doctor.rules.machine.numa_balancing  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
