@@ -241,6 +241,12 @@ KNOWN_MISSES = {
     "https://github.com/fishaudio/fish-speech/issues/468": "the accepted fix is fish-speech's own torch pin (2.3.1), "
                                                            "but the paste never names fish-speech; a paste that "
                                                            "does gets it (app_torch)",
+    # round 18 (r18b): left unsolved after its readings
+    "https://github.com/huggingface/text-embeddings-inference/issues/458": "docker's 'could not select device driver "
+                                                                          "\"\" with capabilities: [[gpu]]' is read "
+                                                                          "as device-access (the container toolkit "
+                                                                          "missing) in 15 other cases; this one alone "
+                                                                          "is labelled driver for the same fix",
 }
 
 

@@ -56,6 +56,8 @@ import steadytune.doctor.rules.access.ollama_cuda_runners  # noqa: E402,F401
 import steadytune.doctor.rules.access.hip_entry_points  # noqa: E402,F401
 import steadytune.doctor.rules.access.uvm_module  # noqa: E402,F401
 import steadytune.doctor.rules.access.nixos_kernel  # noqa: E402,F401
+import steadytune.doctor.rules.access.udocker_gpus  # noqa: E402,F401
+import steadytune.doctor.rules.access.toolkit_checks  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
@@ -68,6 +70,7 @@ import steadytune.doctor.rules.access.ptx_toolchain  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.rocr_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.open_modules  # noqa: E402,F401
+import steadytune.doctor.rules.access.podman_cdi_dirs  # noqa: E402,F401
 import steadytune.doctor.rules.access.cdi_specs  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_state  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_checks  # noqa: E402,F401
