@@ -26,6 +26,11 @@ def hip_entry_point_missing(ctx: Context) -> Optional[Diagnosis]:
         return None
     if re.search(r"(?i)entry point \w*hip\w+|hip\w+ entry point", text):
         return None   # a named HIP function: access/driver.py's reading
+    # another function named, in a library other than the driver's amdhip64 (a rocBLAS / hipBLAS copied in beside the
+    # program): that library's release, not the driver, is another reading
+    named = re.search(r"(?i)procedure entry point \w+|entry point \w+ could not", text)
+    if named and not re.search(r"(?i)amdhip64", text):
+        return None
     return _make("driver", "the AMD driver's HIP runtime (amdhip64.dll) is older than the program",
                  "on Windows HIP's runtime, amdhip64.dll in System32, comes with the AMD display driver; the program "
                  "(ZLUDA, hipInfo, a HIP build) calls a HIP function the installed driver's amdhip64 does not have, so "
