@@ -27,10 +27,10 @@ def toolkit_newer_than_driver_check(ctx: Context) -> Optional[Diagnosis]:
         return None
     groups = [g for g in _REFUSED.search(said[0].line).groups() if g]
     cuda = (int(groups[0]), int(groups[1]))
-    branch = next((b for c, b in _DRIVER_FOR_CUDA if c >= cuda), None) or _SEEN_RUNNING.get(cuda)
-    where = (f"{branch} or newer" if branch and cuda in dict(_DRIVER_FOR_CUDA) else
-             f"a current branch ({branch} ran CUDA {cuda[0]}.{cuda[1]} for another user)" if branch else
-             "the current branch")
+    table = dict(_DRIVER_FOR_CUDA)
+    where = (f"{table[cuda]} or newer" if cuda in table else
+             f"a current branch ({_SEEN_RUNNING[cuda]} ran CUDA {cuda[0]}.{cuda[1]} for another user)"
+             if cuda in _SEEN_RUNNING else "the current branch")
     return _make("driver", f"the NVIDIA driver is older than CUDA {cuda[0]}.{cuda[1]}",
                  f"the installer checks the CUDA {cuda[0]}.{cuda[1]} toolkit against the driver, and the driver runs an "
                  "older CUDA (nvidia-smi's 'CUDA Version' is below it), so the toolkit is refused",
