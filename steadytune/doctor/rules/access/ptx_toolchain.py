@@ -175,7 +175,8 @@ def ptx_newer_than_the_driver(ctx: Context) -> Optional[Diagnosis]:
              f"the PTX was made by a newer CUDA than {driver}{runs_said} reads: a driver JIT-compiles only the PTX of "
              "its own CUDA release or older")
     exact = _LEAST_LINUX_DRIVER.get(made) if made else None
-    update = (f"update the NVIDIA driver to {exact or least} or newer, which runs CUDA {_said(made)} (sudo apt install "
+    oldest = f" ({exact} at least on Linux)" if exact else ""
+    update = (f"update the NVIDIA driver to {least} or newer{oldest}, which runs CUDA {_said(made)} (sudo apt install "
               f"nvidia-driver-{least} or a later branch, then reboot; Windows: the current Game Ready / Studio driver; "
               f"on the host of a container, not inside it); nvidia-smi's 'CUDA Version' must then read {_said(made)} "
               "or higher" if made and least else
