@@ -52,6 +52,13 @@ import steadytune.doctor.rules.access.runtime_package  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_limits  # noqa: E402,F401
 import steadytune.doctor.rules.access.rocdxg_symbols  # noqa: E402,F401
 import steadytune.doctor.rules.access.amd_install_pages  # noqa: E402,F401
+import steadytune.doctor.rules.access.amdgpu_repos  # noqa: E402,F401
+import steadytune.doctor.rules.access.ollama_cuda_runners  # noqa: E402,F401
+import steadytune.doctor.rules.access.hip_entry_points  # noqa: E402,F401
+import steadytune.doctor.rules.access.uvm_module  # noqa: E402,F401
+import steadytune.doctor.rules.access.nixos_kernel  # noqa: E402,F401
+import steadytune.doctor.rules.access.udocker_gpus  # noqa: E402,F401
+import steadytune.doctor.rules.access.toolkit_checks  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
@@ -64,6 +71,7 @@ import steadytune.doctor.rules.access.ptx_toolchain  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.rocr_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.open_modules  # noqa: E402,F401
+import steadytune.doctor.rules.access.podman_cdi_dirs  # noqa: E402,F401
 import steadytune.doctor.rules.access.cdi_specs  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_state  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_checks  # noqa: E402,F401
@@ -162,6 +170,7 @@ import steadytune.doctor.rules.machine.mps_memory  # noqa: E402,F401
 import steadytune.doctor.rules.machine.platform  # noqa: E402,F401
 import steadytune.doctor.rules.machine.xgmi_bridge  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rccl_releases  # noqa: E402,F401
+import steadytune.doctor.rules.machine.rccl_host_driver  # noqa: E402,F401
 import steadytune.doctor.rules.machine.peer_access  # noqa: E402,F401
 import steadytune.doctor.rules.machine.numa_balancing  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401

@@ -21,7 +21,9 @@ from steadytune.doctor.rules.install.ptxas import _PTX_ISA_CUDA
 
 
 _REFUSED = re.compile(r"(?i)PTX was compiled with an unsupported toolchain|UNSUPPORTED_PTX_VERSION|"
-                      r"cudaErrorUnsupportedPtxVersion|\b(?:error|code|err)\W{0,3}222\b")
+                      r"cudaErrorUnsupportedPtxVersion|\b(?:error|code|err)\W{0,3}222\b|"
+                      # a user's own words for the same refusal ("tests fail with a PTX version mismatch")
+                      r"\bPTX (?:ISA )?version mismatch")
 # the driver's JIT assembler (an in-memory PTX: "ptxas application ptx input"), refusing an ISA newer than its own
 _JIT_ISA = re.compile(r"ptxas application ptx input.{0,60}Unsupported \.version (\d+\.\d+); current version is "
                       r"'?(\d+\.\d+)")
@@ -42,6 +44,21 @@ _NGC_TAG = re.compile(r"(?i)(?:nvcr\.io/nvidia/[\w-]+|triton_with_ft|tritonserve
 _PROGRAM_IMAGES = {"fauxpilot": ("moyix/triton_with_ft:22.06", "moyix/triton_with_ft:22.09")}
 _PROGRAM = re.compile(r"(?i)\bfauxpilot\b|\[FT\]\[(?:ERROR|WARNING|INFO)\]|fastertransformer_backend")
 # conda's cudatoolkit releases (defaults and conda-forge): a numba user keeps the driver and takes the newest one it runs
+# The exact oldest Linux x86_64 driver of each CUDA minor's GA release, where the release notes' table ("CUDA Toolkit
+# and Corresponding Driver Versions", as copied on blog.csdn.net/ytomc/article/details/122805982 for 9.0-11.6; the
+# 12.6.3 and 13.0.0 manifests of vector-lens name 560.28.03 and 580.65.06) was read; other minors keep the branch only
+_LEAST_LINUX_DRIVER = {(9, 0): "384.81", (9, 1): "390.46", (9, 2): "396.26", (10, 0): "410.48", (10, 1): "418.39",
+                       (10, 2): "440.33", (11, 0): "450.51.05", (11, 1): "455.23", (11, 2): "460.27.03",
+                       (11, 3): "465.19.01", (11, 4): "470.42.01", (11, 5): "495.29.05", (11, 6): "510.39.01",
+                       (12, 6): "560.28.03", (13, 0): "580.65.06"}
+# The last update of a CUDA minor (the same release-notes table for 11.0-11.5: "11.0.3 Update 1" ... "11.5 Update 2";
+# NVIDIA's release-notes archive for 12.1.1, 12.4.1, 12.5.1, 12.6.3): the toolkit to take when the driver is kept
+_LAST_UPDATE = {(11, 0): "11.0.3", (11, 1): "11.1.1", (11, 2): "11.2.2", (11, 3): "11.3.1", (11, 4): "11.4.4",
+                (11, 5): "11.5.2", (12, 1): "12.1.1", (12, 4): "12.4.1", (12, 5): "12.5.1", (12, 6): "12.6.3"}
+# Programs whose images name no CUDA in the paste: text-generation-inference's 1.x images are built on CUDA 11.8 (its
+# maintainer in TGI#1026: "TGI is built on CUDA 11.8"); its 2.x images moved to CUDA 12, so a 2.x paste is left alone
+_PROGRAM_CUDA = re.compile(r"(?i)text-generation-(?:launcher|inference|router|server)|\bTGI\b")
+_PROGRAM_CUDA_2X = re.compile(r"(?i)(?:text-generation-inference|\bTGI\b)[:\s]*v?[2-9]\.\d")
 _CONDA_TOOLKITS = ((8, 0), (9, 0), (9, 2), (10, 0), (10, 1), (10, 2), (11, 0), (11, 1), (11, 2), (11, 3), (11, 4),
                    (11, 5), (11, 6), (11, 7), (11, 8))
 
@@ -73,13 +90,15 @@ def _made_with(ctx: Context, text: str) -> tuple[Optional[tuple[int, int]], str]
         cudas = [(image, _ngc_cuda(image.rsplit(":", 1)[1])) for image in images]
         return cudas[0][1], "fauxpilot's FasterTransformer image " + ", later ".join(
             f"{image} (CUDA {_said(c)})" for image, c in cudas) + " is built with it"
-    toolkit = re.search(r"(?i)\bcudatoolkit\W{0,3}(\d+\.\d+)|\bcuda-version\W{0,3}(\d+\.\d+)|\bCUDA (?:toolkit )?"
+    toolkit = re.search(r"(?i)\bcudatoolkit\W{0,3}(\d+\.\d+)|\bcuda-version\W{0,3}(\d+\.\d+)|\bCUDA (?:toolkit:? ?)?"
                         r"(\d+\.\d+)(?!\.\d{3})|release (\d+\.\d+), V\d", text)
     torch = [f.value.split("+cu", 1)[1] for f in ctx.sheet.of("torch") if "+cu" in f.value]
     if toolkit:
         return _cuda(next(g for g in toolkit.groups() if g)), "the toolkit named builds with it"
     if torch and torch[-1][:3].isdigit():
         return (int(torch[-1][:2]), int(torch[-1][2:3])), f"the torch build is +cu{torch[-1]}"
+    if _PROGRAM_CUDA.search(text) and not _PROGRAM_CUDA_2X.search(text):
+        return (11, 8), "text-generation-inference's 1.x images are built on CUDA 11.8"
     return None, ""
 
 
@@ -120,7 +139,8 @@ def _keep_the_driver(ctx: Context, text: str, runs: tuple[int, int]) -> str:
     # nothing in the paste made the PTX newer than the driver (an image of the driver's own CUDA, say): the program's
     # runtime compiler did, from a toolkit of its own environment, which for OpenMM, numba and CuPy is conda's
     # (openmm#3585: conda install -c conda-forge cudatoolkit=11.6 under driver 510)
-    return (f"the CUDA {_said(runs)} toolkit (and builds made with it); a program that compiles its kernels when it "
+    last = f" ({_LAST_UPDATE[runs]}, its last update)" if runs in _LAST_UPDATE else ""
+    return (f"the CUDA {_said(runs)} toolkit{last} (and builds made with it); a program that compiles its kernels when it "
             "runs (OpenMM, numba, CuPy) takes the toolkit of its conda environment: conda list | grep -E "
             f"'cudatoolkit|cuda-version|nvrtc', then {_conda_for(runs)}")
 
@@ -154,7 +174,9 @@ def ptx_newer_than_the_driver(ctx: Context) -> Optional[Diagnosis]:
              "CUDA release or older" if made else
              f"the PTX was made by a newer CUDA than {driver}{runs_said} reads: a driver JIT-compiles only the PTX of "
              "its own CUDA release or older")
-    update = (f"update the NVIDIA driver to {least} or newer, which runs CUDA {_said(made)} (sudo apt install "
+    exact = _LEAST_LINUX_DRIVER.get(made) if made else None
+    oldest = f" ({exact} at least on Linux)" if exact else ""
+    update = (f"update the NVIDIA driver to {least} or newer{oldest}, which runs CUDA {_said(made)} (sudo apt install "
               f"nvidia-driver-{least} or a later branch, then reboot; Windows: the current Game Ready / Studio driver; "
               f"on the host of a container, not inside it); nvidia-smi's 'CUDA Version' must then read {_said(made)} "
               "or higher" if made and least else

@@ -28,6 +28,9 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
                      "a big matmul) on the GPU that also drives the display is reset as hung",
                      "add amdgpu.lockup_timeout=10000 to the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT, "
                      "update-grub, reboot), or run the job on a GPU without a display", [ctx.line_fact(errors[0])], errors)
+    frozen = _whole_machine_frozen(ctx, text, joined)
+    if frozen is not None:
+        return frozen
     if re.search(r"(?i)hipMemcpy\w*.{0,40}\bhangs?\b|\bhangs?\b.{0,40}\bhipMemcpy", text):
         return _make("gpu-hang", "host-device copies hang in the SDMA engine",
                      "hipMemcpy goes through the SDMA copy engine, which hangs on this GPU/APU with this ROCm",
@@ -75,6 +78,35 @@ def gpu_hang(ctx: Context) -> Optional[Diagnosis]:
     if hit is not None:
         return _restate("gpu-hang", hit, errors)
     return _hang_otherwise(ctx, errors)
+
+
+# the whole machine gone with the GPU: frozen desktop, no input, only the reset button brings it back
+_MACHINE_FROZEN = re.compile(r"(?i)(?:whole|entire) (?:computer|system|machine|pc|desktop) (?:will |would )?"
+                             r"(?:freez\w*|hangs?|locks? up)|(?:system|computer|machine|pc) (?:becomes |is )?"
+                             r"(?:non-?responsive|unresponsive)|\breset button\b|hard (?:reset|reboot|lock\w*)|"
+                             r"整个(?:系统|电脑)(?:卡死|死机)")
+
+
+def _whole_machine_frozen(ctx: Context, text: str, joined: str) -> Optional[Diagnosis]:
+    """amdgpu's ring timeout that takes the whole machine down while a compute job (Stable Diffusion, training) runs
+    on a Radeon card, with nothing else to blame (round 18, r18b). Sustained compute load at the card's default power
+    profile and limit trips it; ROCm/legacy-rocm-build#3166 (7900 XTX, A1111 / ComfyUI): setting the GPU's power plan
+    (power profile) to COMPUTE and adjusting the power limit ended the freezes (300 images without one). rocm-smi's
+    options: --showprofile, --setprofile SETPROFILE, --setpoweroverdrive WATTS, --resetpoweroverdrive (ROC-smi's
+    README)."""
+    if not re.search(r"(?i)\bring \w+(?:\.\d+)* timeout", text) or not _MACHINE_FROZEN.search(joined):
+        return None
+    if re.search(r"(?i)lockup_timeout|\bCWSR\b|page fault|queue evict|\bMES\b|firmware|\bnvidia\b", joined):
+        return None   # a reading of its own (the watchdog, CWSR, a fault, firmware)
+    return _make("gpu-hang", "the GPU times out under sustained compute load and takes the machine with it",
+                 "amdgpu's ring timeout under a long compute job at the card's default power profile and power limit: "
+                 "the GPU stops answering and the whole system (display, input) freezes until a reset",
+                 "set the GPU's power plan (power profile) to COMPUTE: sudo rocm-smi --showprofile, then sudo "
+                 "rocm-smi --setprofile <the COMPUTE profile's number>, and lower the power limit: sudo rocm-smi --setpoweroverdrive "
+                 "<watts below the card's default> (undo with --resetpoweroverdrive); both are lost at reboot, so put "
+                 "them in a boot script once they hold; keep VRAM use below the card's size (an OOM spike still "
+                 "freezes it)", [ctx.line_fact(e) for e in ctx.of("gpu-hang")[:1]], ctx.of("gpu-hang"),
+                 confirmed=False)
 
 
 # the fault or hang in the runtime's or the kernel's words, or a user's "hangs"
