@@ -104,6 +104,10 @@ import steadytune.doctor.rules.install.directml_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.hidden_imports  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.platform_requests  # noqa: E402,F401
+import steadytune.doctor.rules.install.jetson_wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.pacman_sync  # noqa: E402,F401
+import steadytune.doctor.rules.install.conda_virtual_packages  # noqa: E402,F401
+import steadytune.doctor.rules.install.installer_index  # noqa: E402,F401
 import steadytune.doctor.rules.install.deepspeed_probes  # noqa: E402,F401
 import steadytune.doctor.rules.install.library_pages  # noqa: E402,F401
 import steadytune.doctor.rules.machine.consumer_p2p  # noqa: E402,F401
