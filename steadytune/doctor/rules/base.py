@@ -207,7 +207,8 @@ def _cuda_index_for_driver(ctx: Context, arch: Optional[str]) -> str:
         return (f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the driver runs CUDA "
                 f"{driver[-1].value} at most)")
     said = _said_cuda_label(ctx)
-    if said and (cc is None or cc >= 50):
+    if said and (cc is None or cc >= 50) and not (cc is not None and cc <= 70 and said[0] in ("cu128", "cu129", "cu130")):
+        # (Maxwell, Pascal and Volta are left out of the cu128 and newer builds: cuda_wheel_for's cu126 for them)
         label, release = said
         return (f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the CUDA {release} this "
                 "machine has)")
