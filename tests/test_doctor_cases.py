@@ -252,6 +252,14 @@ KNOWN_MISSES = {
                                                                           "as device-access (the container toolkit "
                                                                           "missing) in 15 other cases; this one alone "
                                                                           "is labelled driver for the same fix",
+    # round 18 (r18c): fixes only the thread could know
+    "https://github.com/oobabooga/textgen/issues/7493": "the fix is reverting the exllamav3 0.0.29 wheel whose "
+                                                        "requirements pulled torch 2.11.0; the paste names no "
+                                                        "exllamav3 release, only the torch and xformers it got",
+    "https://github.com/facebookresearch/xformers/issues/1311": "the fix is the xformers release (0.0.32.post2) whose "
+                                                                "build first published ROCm 6.4 wheels, triggered by "
+                                                                "the maintainer in the thread; nothing in the paste "
+                                                                "names it",
 }
 
 

@@ -12,7 +12,7 @@ READINGS = [
     # torch from pytorch.org's ROCm index
     ("Fedora 40, Radeon RX 7600. After installing stable-diffusion-webui the launcher stops with \"Torch is not able "
      "to use GPU; add --skip-torch-cuda-test to COMMANDLINE_ARGS\"", "torch-build",
-     ["download.pytorch.org/whl/rocm", "pip uninstall -y torch"]),
+     ["download.pytorch.org/whl/rocm", "pip uninstall torch"]),
     # PyTorch Lightning's start-up line beside a conda list whose pytorch build string is the CPU variant
     ("trainer = pl.Trainer(accelerator='gpu', devices=2)\nGPU available: False, used: False\n"
      "# Name                    Version                   Build  Channel\n"

@@ -45,7 +45,7 @@ READINGS = [
     # Deep-Live-Cam refusing cuda as a provider: onnxruntime's CPU build
     ("python run.py --execution-provider cuda\nrun.py: error: argument --execution-provider: invalid choice: 'cuda' "
      "(choose from 'cpu')\nDeep-Live-Cam 1.8 on Windows 10 with an RTX 4060", "torch-build",
-     ["pip uninstall -y onnxruntime onnxruntime-gpu", "pip install onnxruntime-gpu", "--execution-provider cuda"]),
+     ["pip uninstall onnxruntime onnxruntime-gpu", "pip install onnxruntime-gpu", "--execution-provider cuda"]),
     # roop in words: only cpu among the execution providers
     ("roop shows only cpu in the execution providers, GTX 1080 Ti, cuda 11.8 installed", "torch-build",
      ["onnxruntime-gpu"]),

@@ -55,7 +55,7 @@ READINGS = [
      ["torch==2.1.0", "whl/cu121"]),
     # insightface said to stay on the CPU: onnxruntime-gpu, alone
     ("insightface FaceAnalysis is not using the GPU at all, it runs only on the CPU (RTX 3090, Ubuntu)", "torch-build",
-     ["pip uninstall -y onnxruntime onnxruntime-gpu", "onnxruntime-gpu"]),
+     ["pip uninstall onnxruntime onnxruntime-gpu", "onnxruntime-gpu"]),
     # a Blackwell card under a cu128 torch, the HunyuanVideo wrapper: its attention mode
     ("RTX 5080, torch 2.7.1+cu128\nHyVideoSampler\nCUDA error: no kernel image is available for execution on the "
      "device",

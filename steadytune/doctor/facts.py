@@ -514,11 +514,11 @@ def _versions(line: str):
     m = re.search(r"(?:HIP (?:runtime )?version|HIP version|torch\.version\.hip)\W+(\d+\.\d+\.\d+)", line, re.IGNORECASE)
     if m:
         yield "hip", m.group(1), ""
-    for m in re.finditer(r"\+cu(\d{2,3})\b|\bCUDA Version:\s*(\d+\.\d)|(?i:\bcuda\s+(?:toolkit\s+)?(?:version\s+)?is\s+v?(\d{1,2}\.\d))\b|\bcuda[_-]v?(\d+\.\d)|CUDA used to build "
+    for m in re.finditer(r"\+cu(\d{2,3})\b|\bCUDA (?:UMD )?Version:\s*(\d+\.\d)|(?i:\bcuda\s+(?:toolkit\s+)?(?:version\s+)?is\s+v?(\d{1,2}\.\d))\b|\bcuda[_-]v?(\d+\.\d)|CUDA used to build "
                          r"PyTorch:\s*(\d+\.\d)|\bcu(\d{3})\b|"
                          # told in words: "CUDA 12.6", "cuda12.4", "CUDA: 11.8", "CUDA toolkit 12.1", "CUDA/cuDNN
                          # version: 10.2.89" (a release of the 9 to 13 lines; not "CUDA 1.2 GB" or a compute capability)
-                         r"(?i:(?<![\w/-])cuda(?:[ -]?toolkit|/cudnn)?(?: version)?\s*[:=]?\s*v?((?:9|1[0-3])\.\d)(?:\.\d+)*\b"
+                         r"(?i:(?<![\w/-])cuda(?:[ -]?toolkit|[/ ]cudnn)?(?: version)?\s*[:=]?\s*v?((?:9|1[0-3])\.\d)(?:\.\d+)*\b"
                          r"(?!\s*(?:GB|MB|GiB|%)))", line):
         groups = [g for g in m.groups() if g]
         raw = groups[0]
@@ -528,7 +528,7 @@ def _versions(line: str):
 @finder
 def _torch(line: str):
     m = re.search(r"\btorch(?:[-= ]+|\sversion\s*[=:]\s*|\.__version__\W+)(\d+\.\d+\.\d+(?:\.dev\d+|a0|rc\d)?"
-                  r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|(?<![-=\w.])(\d\.\d{1,2}\.\d+\+(?:rocm\d[\w.]*|cu\d{2,3}\b|cpu\b))",
+                  r"(?:\+[\w.]+)?)|PyTorch version:\s*(\d+\.\d+\.\d+\S*)|(?i:\bpytorch:\s*version:\s*)(\d+\.\d+\.\d+(?:\+[\w.]+)?)|(?<![-=\w.])(\d\.\d{1,2}\.\d+\+(?:rocm\d[\w.]*|cu\d{2,3}\b|cpu\b))",
                   line)
     if not m:   # "PyTorch 2.8.0 + cu129", "pytorch 2.7.1 cu126": the build said beside the version
         m = re.search(r"(?i)\bPyTorch:?\s+v?(\d+\.\d+\.\d+)\s*\+?\s*(cu\d{3}|rocm[\d.]+|cpu)\b", line)
@@ -991,9 +991,21 @@ def discrete_archs(sheet: FactSheet) -> list[str]:
     return sorted(archs, key=integrated)
 
 
+def _only_amd_apus_beside(sheet: FactSheet, archs: list[str]) -> bool:
+    """Every AMD arch of the machine is an APU's integrated GPU, and nothing names ROCm or a ROCm torch."""
+    amd = [a for a in archs if a.startswith("gfx")]
+    if not amd or sheet.has("rocm") or any(f.detail == "rocm" for f in sheet.of("torch")):
+        return False
+    return all((arch_info(a) is not None and arch_info(a).kind == "apu") for a in amd)
+
+
 def vendor_of(sheet: FactSheet) -> Optional[str]:
     """'amd' or 'nvidia' where the text says which, else None."""
     archs = sheet.machine_archs
+    if any(a.startswith("sm_") for a in archs) and _only_amd_apus_beside(sheet, archs):
+        # an NVIDIA card in a laptop or desktop whose Ryzen CPU has an integrated Radeon ("RTX 3050 Laptop, AMD Ryzen
+        # 5 5625U"): the card is the GPU the paste is about, unless ROCm itself is named (round 18, r18c)
+        return "nvidia"
     if any(a.startswith("gfx") for a in archs) or sheet.has("rocm") or sheet.has("torch", None) and \
             any(f.detail == "rocm" for f in sheet.of("torch")):
         return "amd"

@@ -188,17 +188,48 @@ def _vendor(ctx: Context) -> Optional[str]:
 
 
 def _cuda_index_for_driver(ctx: Context, arch: Optional[str]) -> str:
-    """The CUDA wheel index the installed driver can run (nvidia-smi's "CUDA Version" is the newest it supports),
-    and that carries the GPU's compute capability."""
-    driver = [f for f in ctx.sheet.of("cuda") if re.search(r"CUDA Version:", f.line)]
-    if arch and re.fullmatch(r"sm_\d+", arch) and int(arch[3:]) >= 100:   # Blackwell: CUDA 12.8 whatever else
-        return cuda_wheel_for(arch) or ""
+    """The CUDA wheel index the installed driver can run (nvidia-smi's "CUDA Version" is the newest it supports; driver
+    610's nvidia-smi prints it as "CUDA UMD Version"), and that carries the GPU's compute capability; where no driver
+    is shown, the CUDA release the user names ("CUDA 12.6", "cuda cudnn: 11.8") when pytorch.org has an index of
+    that very release (round 18, r18c)."""
+    driver = [f for f in ctx.sheet.of("cuda") if re.search(r"CUDA (?:UMD )?Version:", f.line)]
+    cc = int(arch[3:]) if arch and re.fullmatch(r"sm_\d+", arch) else None
     if driver:
         major, minor = (int(x) for x in driver[-1].value.split(".")[:2])
+        if major >= 13 and (cc is None or cc >= 75):
+            # pytorch.org's CUDA 13.0 builds (torch 2.9 and newer) start at sm_75 (fixes.cuda_wheel_for)
+            return (f"pip install torch --index-url https://download.pytorch.org/whl/cu130 (the driver runs CUDA "
+                    f"{driver[-1].value}; cu130 wheels exist from torch 2.9)")
+    if cc is not None and cc >= 100:   # Blackwell: CUDA 12.8 whatever else
+        return cuda_wheel_for(arch) or ""
+    if driver:
         label = "cu118" if major < 12 else "cu128" if (major, minor) >= (12, 8) else "cu126"
         return (f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the driver runs CUDA "
                 f"{driver[-1].value} at most)")
+    said = _said_cuda_label(ctx)
+    if said and (cc is None or cc >= 50) and not (cc is not None and cc <= 70 and said[0] in ("cu128", "cu129", "cu130")):
+        # (Maxwell, Pascal and Volta are left out of the cu128 and newer builds: cuda_wheel_for's cu126 for them)
+        label, release = said
+        return (f"pip install torch --index-url https://download.pytorch.org/whl/{label} (the CUDA {release} this "
+                "machine has)")
     return (cuda_wheel_for(arch) if arch else None) or "pip install torch --index-url https://download.pytorch.org/whl/cu128"
+
+
+# pytorch.org's CUDA wheel indexes of current torch releases, each for its own CUDA release (torch_cuda's table of
+# labels and the torch releases that carry them): a CUDA named by the user that has one of its own gets it
+_CUDA_LABELS = {"11.8": "cu118", "12.1": "cu121", "12.4": "cu124", "12.6": "cu126", "12.8": "cu128", "12.9": "cu129",
+                "13.0": "cu130"}
+# the user's own words for the CUDA release ("CUDA 12.6", "cuda cudnn:11.8", "CUDA: 12.1"), not a torch build's
+# label (+cu121, whl/cu121), which says what was installed rather than what the machine has
+_CUDA_SAID = re.compile(r"(?i)(?<![\w/+-])cuda(?:[ -]?toolkit|[/ ]cudnn)?(?: version)?\s*[:=]?\s*v?(\d{2}\.\d)\b")
+
+
+def _said_cuda_label(ctx: Context) -> Optional[tuple[str, str]]:
+    for fact in ctx.sheet.of("cuda"):
+        m = _CUDA_SAID.search(fact.line)
+        if m and m.group(1) == fact.value and fact.value in _CUDA_LABELS:
+            return _CUDA_LABELS[fact.value], fact.value
+    return None
 
 
 def _arch_fact(ctx: Context, arch: str) -> Optional[Fact]:

@@ -83,11 +83,14 @@ import steadytune.doctor.rules.install.amdsmi_releases  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.onnxruntime_source_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_build  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_index_on_amd  # noqa: E402,F401
 import steadytune.doctor.rules.install.aarch64_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.jetson_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.torch_cuda  # noqa: E402,F401
+import steadytune.doctor.rules.install.cpu_torch_index  # noqa: E402,F401
+import steadytune.doctor.rules.install.cargo_features  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_said_missing  # noqa: E402,F401
 import steadytune.doctor.rules.install.resolver_swap  # noqa: E402,F401
 import steadytune.doctor.rules.install.nightlies  # noqa: E402,F401
@@ -110,6 +113,10 @@ import steadytune.doctor.rules.install.directml_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.hidden_imports  # noqa: E402,F401
 import steadytune.doctor.rules.install.wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.platform_requests  # noqa: E402,F401
+import steadytune.doctor.rules.install.jetson_wheels  # noqa: E402,F401
+import steadytune.doctor.rules.install.pacman_sync  # noqa: E402,F401
+import steadytune.doctor.rules.install.conda_virtual_packages  # noqa: E402,F401
+import steadytune.doctor.rules.install.installer_index  # noqa: E402,F401
 import steadytune.doctor.rules.install.deepspeed_probes  # noqa: E402,F401
 import steadytune.doctor.rules.install.library_pages  # noqa: E402,F401
 import steadytune.doctor.rules.machine.consumer_p2p  # noqa: E402,F401

@@ -211,6 +211,11 @@ _PROVIDERS_WITHOUT_CUDA = re.compile(r"(?i)execution[-_ ]providers?\b.{0,40}\b(?
                                      r"\b(?:cuda|cpu)\b|\b(?:no|not|without|missing)\b.{0,20}\bcuda\b.{0,40}"
                                      r"execution[-_ ]providers?\b|execution[-_ ]providers?\b.{0,40}\bonly\b.{0,10}cpu\b|"
                                      r"\bonly\b.{0,10}\bcpu\b.{0,30}\bexecution[-_ ]providers?\b|"
+                                     # "can't find cuda or tensorrt in the execution provider tab", "CUDA is no more
+                                     # available as the execution provider" (round 18, r18c)
+                                     r"\b(?:can'?t|cannot|can not|don'?t|doesn'?t)\s+(?:find|see|get)\b.{0,20}"
+                                     r"\b(?:cuda|tensorrt)\b.{0,40}execution[-_ ]providers?\b|"
+                                     r"\b(?:cuda|tensorrt)\b.{0,60}\bno (?:more|longer)\b.{0,30}execution[-_ ]providers?\b|"
                                      r"\bcuda\b.{0,30}\b(?:not|isn'?t|doesn'?t|don'?t)\b.{0,20}(?:shown|show|listed|"
                                      r"appear|available|an option|options?)\b")
 
@@ -230,7 +235,11 @@ def ort_program_without_cuda_provider(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     program = next(((name, how) for name, (pattern, how) in ORT_PROGRAMS.items()
                     if re.search(rf"(?i)(?<![\w-]){pattern}(?![\w-])", text)), None)
-    lines = _lines_matching(ctx, _CHOICE_REFUSED) or (_lines_matching(ctx, _PROVIDERS_WITHOUT_CUDA) if program else [])
+    # the provider list said to lack CUDA speaks of onnxruntime's providers whether or not the program is named (an
+    # "execution provider tab" is the program's list of them) (round 18, r18c)
+    lines = _lines_matching(ctx, _CHOICE_REFUSED) or [
+        line for line in _lines_matching(ctx, _PROVIDERS_WITHOUT_CUDA)
+        if program or re.search(r"(?i)execution[-_ ]providers?\b", line.line)]
     # the program named and said to stay off the GPU with no error line of another kind: the likely reading (a GPU
     # torch installed beside it does not help: the program's models run in onnxruntime)
     words = [] if lines or not program or any(e.family not in (None, "torch-build") for e in ctx.errors) else \
@@ -238,7 +247,9 @@ def ort_program_without_cuda_provider(ctx: Context) -> Optional[Diagnosis]:
     lines = lines or words
     if not lines or _said_vendor(ctx) in ("intel", "amd") or re.search(r"(?i)\bmac ?os\b|\bApple M\d", text):
         return None
-    name, how = program or ("the program", "then pick cuda in its execution providers")
+    name, how = program or ("the program", "then pick cuda in its execution providers (a program that installs its "
+                                           "own onnxruntime picks the build in its installer: rerun it, as FaceFusion's "
+                                           "python install.py --onnxruntime cuda)")
     how_it_shows = (f"{name} runs its models in onnxruntime, which reaches the GPU only through onnxruntime-gpu's "
                     "CUDAExecutionProvider (a CUDA torch beside it does not change that); the onnxruntime installed "
                     "is likely" if words else
@@ -247,7 +258,7 @@ def ort_program_without_cuda_provider(ctx: Context) -> Optional[Diagnosis]:
         "torch-build", f"{name}'s onnxruntime is the CPU build",
         f"{how_it_shows} the CPU package (onnxruntime, alone or beside onnxruntime-gpu: both install the same module "
         "and the last one wins), which has no CUDAExecutionProvider",
-        "pip uninstall -y onnxruntime onnxruntime-gpu (both, in the program's environment), then pip install "
+        "pip uninstall onnxruntime onnxruntime-gpu -y (both, in the program's environment), then pip install "
         f"onnxruntime-gpu alone (the release the program pins; 1.19 and newer are CUDA 12 builds, 1.18 and older CUDA "
         f"11.8); {how}; python -c \"import onnxruntime; print(onnxruntime.get_available_providers())\" must list "
         "CUDAExecutionProvider", [ctx.line_fact(lines[0])], lines[:1], confirmed=not words)

@@ -264,7 +264,10 @@ def llama_cpp_built_for_the_cpu(ctx: Context) -> Optional[Diagnosis]:
     if not lines or not (_ABOUT_THE_GPU.search(text) or ctx.sheet.machine_archs) or any(e.family for e in ctx.errors):
         return None
     fix = _table_fix(ctx, "llama-cpp-python", "torch-build")
-    if not re.search(r"(?i)llama[-_]cpp[-_]python|\bllama_cpp\b|\bfrom llama_cpp\b", text):
+    # llama.cpp run from a Python program (`python generate.py ... model.gguf`, "the wheels") is the llama-cpp-python
+    # binding, which pip builds without a GPU backend unless CMAKE_ARGS asks (round 18, r18c: h2oai/h2ogpt#1448)
+    if not re.search(r"(?i)llama[-_]cpp[-_]python|\bllama_cpp\b|\bfrom llama_cpp\b|\bpython3?\s+\S+\.py\b|\bwheels?\b",
+                     text):
         fix = ("rebuild llama.cpp with its GPU backend: cmake -B build -DGGML_CUDA=ON (NVIDIA; -DGGML_HIP=ON with "
                "-DAMDGPU_TARGETS=<your gfx> for AMD, -DGGML_VULKAN=ON for any Vulkan GPU; releases before mid-2024 "
                "named them LLAMA_CUBLAS / LLAMA_HIPBLAS), then cmake --build build --config Release")

@@ -530,7 +530,10 @@ def torch_build(ctx: Context) -> Optional[Diagnosis]:
                      "backend where the program has one", evidence, errors + ctx.no_gpu(), confirmed=not unsure)
     return _make("torch-build", "a torch without ROCm on an AMD machine",
                  "the installed torch is a CUDA or CPU build (PyPI's default), which finds no AMD GPU",
-                 "pip uninstall -y torch torchvision torchaudio; " + rocm_index_for(arch) + " (python -c 'import torch; "
+                 # in the environment the program runs: a launcher's backend keeps a venv of its own (SwarmUI's
+                 # ComfyUI backend, dlbackend/ComfyUI/venv: mcmonkeyprojects/SwarmUI#1432, round 18 r18c)
+                 "pip uninstall torch torchvision torchaudio -y (with the program's own Python: a launcher's backend has "
+                 "its own venv, such as SwarmUI's dlbackend/ComfyUI/venv); " + rocm_index_for(arch) + " (python -c 'import torch; "
                  "print(torch.version.hip)' must print a ROCm version; check that pip found a wheel for this Python)",
                  evidence, errors + ctx.no_gpu() + ctx.of("visibility"), confirmed=not unsure)
 
