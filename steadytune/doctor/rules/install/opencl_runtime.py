@@ -20,7 +20,7 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _m
 
 
 _NO_PLATFORM = re.compile(r"(?i)CL_PLATFORM_NOT_FOUND_KHR|No OpenCL[-, ]\s*(?:compatible|HIP|CUDA)[\w ,-]{0,60}platform "
-                          r"(?:was )?found|clinfo\b.{0,40}Number of platforms\s*:?\s*0\b|^\s*(?:>\s*)?Number of platforms\s+0\s*$")
+                          r"(?:was )?found|(?m:\bNumber of platforms\s*:?\s+0\s*$)")
 
 
 @rule("rocm-libs-missing")
@@ -31,6 +31,11 @@ def no_opencl_runtime_on_amd(ctx: Context) -> Optional[Diagnosis]:
         return None
     text = _text(ctx)
     if on_windows(ctx, text) or _vendor(ctx) != "amd":
+        return None
+    # a GPU the kernel's compute driver skipped or the runtime cannot open has no platform whatever is installed:
+    # another error line of the paste (kfd skipping the device, an hsa call failing) says why first
+    if re.search(r"(?i)\bkfd\b.{0,40}skipped|hsa api call failure|rejects atomics", text) or \
+            any(e.family and e.family != "rocm-libs-missing" for e in ctx.errors):
         return None
     return _make("rocm-libs-missing", "no OpenCL runtime is installed for the AMD GPU",
                  "OpenCL programs find GPUs through a vendor runtime registered in /etc/OpenCL/vendors; the ROCm or "

@@ -8,8 +8,8 @@
    /etc/apt/sources.list.d/rocm.list; AMD's clean-up: `amdgpu-install --uninstall --rocmrelease=all`, purge
    amdgpu-install, autoremove, reinstall).
 2. AMD's rocm meta-package refusing to install because an older ROCm piece is installed: apt's resolver saying "Broken
-   rocm:amd64 Depends on rocminfo:amd64 < 5.7.1-3build1 @ii ... > (= 1.0.0.70001-42~24.04)" (or "rocm : Depends: X (= V)
-   but W is to be installed"). AMD's packages pin each other exactly; the distribution's own ROCm packages (Ubuntu 24.04
+   rocm:amd64 Depends on rocminfo:amd64 < 5.7.1-3build1 @ii ... > (= 1.0.0.70001-42~24.04)" (apt's short summary of
+   the same, "Depends: X (= V) but W is to be installed", is releases.py's reading). AMD's packages pin each other exactly; the distribution's own ROCm packages (Ubuntu 24.04
    ships rocminfo 5.7.1 in universe) or an earlier amdgpu-install's amdgpu-dkms hold other versions. Source:
    ROCm/rocm-install-on-linux#583 (rocm 7.0.1 against the distribution's rocminfo 5.7.1-3build1; removing amdgpu-dkms,
    `sudo apt autoremove` and installing rocm again fixed it)."""
@@ -67,8 +67,7 @@ def radeon_repo_folder_missing(ctx: Context) -> Optional[Diagnosis]:
 # is installed at another version
 _RESOLVER = re.compile(r"(?i)Broken\s+(rocm[\w-]*|hip[\w-]*|amdgpu[\w-]*)(?::\w+)?\s+Depends on\s+([\w.+-]+?)(?::\w+)?\s+<\s*"
                        r"([^\s|>]+)\s+@ii\b")
-_UNMET = re.compile(r"(?i)^\s*(?:>\s*)?(rocm[\w-]*|hip[\w-]*)\s*:\s*Depends:\s*([\w.+-]+)\s*\(=\s*[^)]+\)\s*but\s+(\S+)\s+is "
-                    r"(?:to be )?installed")
+# (apt's short summary, "rocm-hip-runtime : Depends: rocminfo (= V) but W is to be installed", is releases.py's reading)
 # a version string of a distribution's own package (Debian/Ubuntu rebuilds), not AMD's (x.y.z.NNNNN-NN~NN.NN)
 _DISTRO_VERSION = re.compile(r"(?:build|ubuntu|debian|deb\d+u)\d*|^\d+\.\d+\.\d+-\d+$")
 
@@ -78,8 +77,8 @@ def older_rocm_packages_in_the_way(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: apt's resolver naming a ROCm package whose exact-version dependency is installed at another
     version."""
     found = []
-    for e in _lines_matching(ctx, _RESOLVER) + _lines_matching(ctx, _UNMET):
-        m = _RESOLVER.search(e.line) or _UNMET.search(e.line)
+    for e in _lines_matching(ctx, _RESOLVER):
+        m = _RESOLVER.search(e.line)
         found.append((e, m.group(2), m.group(3)))
     if not found:
         return None
