@@ -4,7 +4,9 @@ take HIP_PATH from the environment when it is set, so a HIP_PATH written into a 
 sends them to <rocm>/hip/..., which the new release does not have: "HIP version file ... not found", "<rocm>/hip/bin/hipcc:
 not found", and clang's "cannot find HIP runtime". The release is sound; the variable is stale.
 
-Source: ROCm/legacy-rocm-build#6285 (hipconfig looking for /opt/rocm-7.2.3/hip/share/hip/version; AMD's answer: a stale
+Sources: ROCm 5.3's release notes (the Linux filesystem hierarchy, with a backward-compatible layout for a while);
+StanfordLegion/legion MR 1153 ("As of ROCm 6, the path /opt/rocm-6.0.0/hip no longer exists"; set ROCM_PATH to
+/opt/rocm-X.Y.Z, not .../hip); ROCm/legacy-rocm-build#6285 (hipconfig looking for /opt/rocm-7.2.3/hip/share/hip/version; AMD's answer: a stale
 HIP_PATH from a previous install; `sudo amdgpu-install --uninstall --rocmrelease=all`, `sudo apt purge amdgpu-install`,
 `sudo apt autoremove`, unset the leftover variable, reinstall with `amdgpu-install -y --usecase=graphics,rocm`; the
 reporter confirmed it)."""
@@ -23,7 +25,7 @@ _OLD_HIP = re.compile(r"(/opt/rocm(?:-(\d+)\.(\d+)(?:\.\d+)?)?)/hip/(?:share/hip
 _MISSING = re.compile(r"(?i)not found|no such file|cannot find|does not exist|doesn't exist|missing")
 # the ROCm release the paste names otherwise ("ROCm 7.2.3", amdgpu-install_7.2.3..., rocm-7.2.3)
 _ROCM_RELEASE = re.compile(r"(?i)\brocm[-_ ]?(\d+)\.(\d+)")
-_FIRST_WITHOUT_HIP_FOLDER = 6   # ROCm 6.0 removed the hip/ folder (the 5.x layout kept it as a compatibility link)
+_FIRST_WITHOUT_HIP_FOLDER = 6   # ROCm 6.0 has no hip/ folder (5.x kept it for backward compatibility)
 
 
 @rule("rocm-libs-missing")
