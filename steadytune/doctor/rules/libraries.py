@@ -80,7 +80,9 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
                      "a folder the loader does not search",
                      "pip install nvidia-cudnn-cu12 (if it is not installed) and export LD_LIBRARY_PATH=$(python -c "
                      "'import os, nvidia.cudnn; print(os.path.dirname(nvidia.cudnn.__file__))')/lib:$LD_LIBRARY_PATH "
-                     "before starting the program", evidence, covers)
+                     "before starting the program; or install cuDNN 9 system-wide from NVIDIA's CUDA apt repository "
+                     "(sudo apt-get install libcudnn9-cuda-12, then sudo ldconfig), which the loader finds by itself",
+                     evidence, covers)
     return None
 
 
@@ -340,6 +342,13 @@ def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
         return None
     library, major = _CT2_CUBLAS.search(lines[0].line).groups()
     other = "ctranslate2>=4 (CUDA 12)" if major == "11" else "ctranslate2==3.24.0 (the last CUDA 11 release)"
+    # faster-whisper pins ctranslate2 by its own release: 1.0.0 moved to ctranslate2 4.x (CUDA 12); 0.10.1 is the last
+    # release on ctranslate2 3.x, the CUDA 11 builds (SYSTRAN/faster-whisper#734: "faster-whisper==0.10.1,
+    # ctranslate2==3.24.0" for CUDA 11; collabora/WhisperLive#159); an app that installs faster-whisper gets it back
+    # with its pin
+    if major == "12":
+        other += ("; with faster-whisper (Whisper web UIs, WhisperX, whisper-ctranslate2) pin its CUDA 11 release: "
+                  "pip install faster-whisper==0.10.1 (it brings ctranslate2 3.x)")
     if library.endswith(".dll"):
         # Windows: no LD_LIBRARY_PATH; the DLL comes with the CUDA toolkit's bin folder (on PATH by its installer) or
         # with pip's nvidia-cublas wheel, whose bin folder must be put on PATH
@@ -364,10 +373,15 @@ def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
                      f"nvidia-cublas-cu{major} and add <site-packages>\\nvidia\\cublas\\bin to PATH before starting "
                      f"the program{borrowed}; or install the ctranslate2 built for the CUDA you have: {other}",
                      [ctx.line_fact(lines[0])], lines[:1])
+    # Ubuntu's own cuBLAS packages (universe): libcublas11 on 22.04, the base of Colab's image (SYSTRAN/faster-whisper
+    # #663 names it; Softcatala/whisper-ctranslate2#74's fix on Colab), libcublas12 on 24.04 (canonical/inference-snaps
+    # PR 78)
+    system = {"11": "; on Ubuntu 22.04 (Google Colab's image too) the system package: sudo apt-get install libcublas11",
+              "12": "; on Ubuntu 24.04 the system package: sudo apt-get install libcublas12"}.get(major, "")
     return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS",
                  f"this ctranslate2 is built for CUDA {major} and opens {library}, which the CUDA installed here (or "
                  "the container's base image) does not have",
-                 f"install CUDA {major}'s cuBLAS beside it: pip install nvidia-cublas-cu{major} and export "
+                 f"install CUDA {major}'s cuBLAS beside it{system}; or pip install nvidia-cublas-cu{major} and export "
                  f"LD_LIBRARY_PATH=<site-packages>/nvidia/cublas/lib:$LD_LIBRARY_PATH (or the CUDA {major} toolkit; in "
                  f"a container a CUDA {major} base image, nvidia/cuda:{major}.x-cudnn-runtime); or install the "
                  f"ctranslate2 built for the CUDA you have: {other}", [ctx.line_fact(lines[0])], lines[:1])

@@ -151,6 +151,16 @@ import steadytune.doctor.rules.install.cuda_stubs  # noqa: E402,F401
 import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
 import steadytune.doctor.rules.install.jax_local_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
+# round 18 (r18a): apt and ROCm's layout, rocminfo's kmod, source builds' headers and paths, DLLs and runtimes
+import steadytune.doctor.rules.install.stale_hip_path  # noqa: E402,F401
+import steadytune.doctor.rules.install.rocm_apt_sources  # noqa: E402,F401
+import steadytune.doctor.rules.install.rocminfo_kmod  # noqa: E402,F401
+import steadytune.doctor.rules.install.te_source_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.rocblas_headers  # noqa: E402,F401
+import steadytune.doctor.rules.install.directml_dll  # noqa: E402,F401
+import steadytune.doctor.rules.install.opencl_runtime  # noqa: E402,F401
+import steadytune.doctor.rules.install.zluda_releases  # noqa: E402,F401
+import steadytune.doctor.rules.install.therock_packaging  # noqa: E402,F401
 import steadytune.doctor.rules.install.extension_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.jit_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundle_releases  # noqa: E402,F401

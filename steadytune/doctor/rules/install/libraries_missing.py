@@ -344,8 +344,19 @@ def _link_library(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     tool = ctx.tool([error])
     building = f"{tool}'s build" if tool and tool != "torch" else "the build"
     if lib == "cuda":
-        fix = ("libcuda.so comes with the NVIDIA driver; to link without one use the CUDA toolkit's stub: export "
-               "LIBRARY_PATH=$CUDA_HOME/lib64/stubs:$LIBRARY_PATH (CUDA_HOME=/usr/local/cuda-<torch's CUDA>)")
+        # Triton's launcher build links -lcuda with -L at the folders `ldconfig -p` lists for libcuda.so, or at
+        # TRITON_LIBCUDA_PATH (a folder) where set (triton/backends/nvidia/driver.py, libcuda_dirs)
+        fix = ("libcuda.so comes with the NVIDIA driver: where the driver is installed (nvidia-smi works), refresh the "
+               "linker's cache with sudo ldconfig (ldconfig -p | grep libcuda must list it; Triton links against the "
+               "folders listed there) and, if that folder has only libcuda.so.1, add the unversioned name: sudo ln -s "
+               "libcuda.so.1 <that folder>/libcuda.so; for Triton alone, export TRITON_LIBCUDA_PATH=<that folder>; to "
+               "link without a driver use the CUDA toolkit's stub: export LIBRARY_PATH=$CUDA_HOME/lib64/stubs:"
+               "$LIBRARY_PATH (CUDA_HOME=/usr/local/cuda-<torch's CUDA>)")
+        # inside a conda environment, the system gcc links with the system's folders only: the environment's own
+        # compiler and CUDA packages are the other way (JIA-Lab-research/Seg-Zero#63: conda-forge gxx, cuda-toolkit)
+        if re.search(r"(?i)(?:ana|mini|micro)?conda\d?/envs/|\bconda (?:env|activate|create)\b|\$CONDA_PREFIX", _text(ctx)):
+            fix += ("; in this conda environment the compiler and CUDA can come from conda-forge instead: conda install "
+                    "-c conda-forge gxx cuda-toolkit, then conda deactivate and activate it again so its compiler is the one used")
     elif lib in _CUDA_LINKED:
         wheel = _CUDA_WHEELS.get(re.sub(r"Lt$", "", lib), "nvidia-" + lib.lower())
         folder = wheel.removeprefix("nvidia-").replace("-", "_")   # nvidia/cuda_runtime, nvidia/curand
