@@ -113,7 +113,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"A100|A800", "sm_80", peak_bf16_tflops=312.0, source=NVIDIA_CC),
     Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0, source=NVIDIA_CC),
     Product(r"A10G?\b|A40\b|RTX 30\d0|RTX A\d000", "sm_86", source=NVIDIA_CC),
-    Product(r"Jetson (?:AGX )?Xavier|Xavier NX", "sm_72", source=NVIDIA_CC),
+    Product(r"Jetson (?:AGX )?Xavier|Xavier NX|\bAGX Xavier\b", "sm_72", source=NVIDIA_CC),
     Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0|MX ?[45]50\b", "sm_75", source=NVIDIA_CC),
     Product(r"V100|TITAN V", "sm_70", source=NVIDIA_CC),
     Product(r"P100\b", "sm_60", source=NVIDIA_CC),
