@@ -182,6 +182,7 @@ import steadytune.doctor.rules.runtime.compute_types  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.quantized_output  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gtx16_half  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.attention  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.sdpa_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.app_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.sage_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.trtllm_fmha  # noqa: E402,F401
