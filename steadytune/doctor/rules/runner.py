@@ -155,6 +155,7 @@ import steadytune.doctor.rules.install.cxx_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.ggml_cpu_builds  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.late_visibility  # noqa: E402,F401
+import steadytune.doctor.rules.machine.visibility_uuids  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rocm_build_enumeration  # noqa: E402,F401
 import steadytune.doctor.rules.machine.gpu_selection  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
