@@ -48,6 +48,7 @@ import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kokkos_arch  # noqa: E402,F401
 import steadytune.doctor.rules.arch.jetson_boards  # noqa: E402,F401
 import steadytune.doctor.rules.arch.fp8_hardware  # noqa: E402,F401
+import steadytune.doctor.rules.arch.app_images  # noqa: E402,F401
 # Paddle's builds: its own messages name the build to take
 import steadytune.doctor.rules.install.paddle_builds  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
