@@ -101,6 +101,7 @@ import steadytune.doctor.rules.install.program_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.app_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.app_rocm_pins  # noqa: E402,F401
 import steadytune.doctor.rules.install.rocm_runtime_mismatch  # noqa: E402,F401
+import steadytune.doctor.rules.install.nixos_channels  # noqa: E402,F401
 import steadytune.doctor.rules.install.webui_backend_flags  # noqa: E402,F401
 import steadytune.doctor.rules.install.directml_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.hidden_imports  # noqa: E402,F401
