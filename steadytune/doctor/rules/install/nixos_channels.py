@@ -38,8 +38,10 @@ def nixpkgs_hip_package_on_its_channel(ctx: Context) -> Optional[Diagnosis]:
         return None
     year, month = (int(release.group(1) or release.group(3)), release.group(2) or release.group(4))
     this, before = f"{year}.{month}", _previous(year, month)
-    package = re.search(r"(?i)`?\b([\w-]+-hip)\b`?", text)
-    name = package.group(1) if package else "<the package>"
+    # the package: a "-hip" build named, else what nix was asked for (nix-shell -p X, nix run nixpkgs#X)
+    package = (re.search(r"(?i)\b([\w-]+-hip)\b", text) or
+               re.search(r"(?i)\bnix-shell\b[^\n]*?\s-p\s+([\w.-]+)|\bnixpkgs#([\w.-]+)", text))
+    name = next((g for g in package.groups() if g), "<the package>") if package else "<the package>"
     return _make("abi-mismatch", f"the nixpkgs {this} build of {name} fails to initialise HIP",
                  f"every package of the NixOS {this} channel is built against that channel's ROCm; hipInit refusing the "
                  "device while the GPU works elsewhere points at the channel's HIP runtime / ROCm build, not the card",

@@ -33,6 +33,9 @@ def uuid_visible_devices_before_torch_2(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: CUDA_VISIBLE_DEVICES set to GPU UUIDs, a torch before 2.0, and no GPU counted."""
     uuid = next((f for f in ctx.sheet.of("env") if f.value.startswith("CUDA_VISIBLE_DEVICES=")
                  and _UUID_VALUE.match(f.value.split("=", 1)[1].strip("\"'"))), None)
+    if uuid is None:   # said in words ("the batch system sets CUDA_VISIBLE_DEVICES=GPU-...")
+        uuid = next((f for f in _lines_matching(ctx, r"\bCUDA_VISIBLE_DEVICES\s*=\s*[\"']?(?:GPU|MIG)-")), None)
+        uuid = ctx.line_fact(uuid) if uuid else None
     release = _torch_release(ctx)
     if uuid is None or release is None or release >= (2, 0):
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, on_windows, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
 
 
 _NO_NCCL = re.compile(r"(?i)Distributed package doesn'?t ha\w{1,2} NCCL(?: built in)?")
@@ -28,7 +28,8 @@ def nccl_on_windows(ctx: Context) -> Optional[Diagnosis]:
     if not windows and not _MAC.search(text):
         return None   # a Linux torch without NCCL is another build's story (a CPU or custom build)
     where = "Windows" if windows else "macOS"
-    return _first(_make(
+    # (no lead of its own: where the multi-GPU reading reads the same message as an error line, its fix answers first)
+    return _make(
         "multi-gpu-transport", f"PyTorch on {where} has no NCCL",
         f"PyTorch's {where} builds come without NCCL (it is Linux-only); the launcher asked torch.distributed for the "
         "nccl backend, which does not exist in this build, whatever is installed",
@@ -36,4 +37,4 @@ def nccl_on_windows(ctx: Context) -> Optional[Diagnosis]:
         "on one GPU, start the training without a distributed launcher (CUDA_VISIBLE_DEVICES=0, plain python / "
         "llamafactory-cli on a single card); gloo (backend=\"gloo\") is the only backend a Windows torch has, slow "
         "for multi-GPU training",
-        [ctx.line_fact(lines[0])], lines[:1]))
+        [ctx.line_fact(lines[0])], lines[:1])
