@@ -87,7 +87,7 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
 # ctranslate2's own cuDNN 9 loader failing (its "Unable to load any of {libcudnn_ops.so.9...}" / "Cannot load symbol
 # cudnnCreateTensorDescriptor", or the Windows cudnn_ops64_9.dll said loaded "without its dependencies")
 _CT2_CUDNN9 = re.compile(r"Unable to load any of \{libcudnn_\w+\.so\.9|Cannot load symbol cudnnCreate\w*Descriptor|"
-                         r"(?i:cudnn_\w+64_9\.dll)")
+                         r"(?i:(?:Could not locate|loaded|load) cudnn_\w+64_9\.dll)")
 
 
 @rule("abi-mismatch")
@@ -103,8 +103,9 @@ def ctranslate2_pulled_by_program(ctx: Context) -> Optional[Diagnosis]:
     if "cudnn" not in text.lower() or _TORCH_RELEASE.search(text) or _CT2_RELEASE.search(text):
         return None
     lines = _lines_matching(ctx, _CT2_CUDNN9)
-    if not lines:
-        return None
+    wanted = _CUDNN_WANTED.search(text)
+    if not lines or (wanted and next(g for g in wanted.groups() if g) == "8"):
+        return None   # (a cuDNN 8 library is what failed to load: the other way round, read above)
     notebook = ctx.sheet.has("platform", "notebook")
     where = ("in a notebook cell: !pip install ctranslate2==4.4.0, then restart the runtime" if notebook else
              "inside the program's own environment (activate it first: the app's start_environment / cmd_windows.bat / "
