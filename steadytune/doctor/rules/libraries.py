@@ -87,7 +87,7 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
 # ctranslate2's own cuDNN 9 loader failing (its "Unable to load any of {libcudnn_ops.so.9...}" / "Cannot load symbol
 # cudnnCreateTensorDescriptor", or the Windows cudnn_ops64_9.dll said loaded "without its dependencies")
 _CT2_CUDNN9 = re.compile(r"Unable to load any of \{libcudnn_\w+\.so\.9|Cannot load symbol cudnnCreate\w*Descriptor|"
-                         r"(?i:(?:Could not locate|loaded|load) cudnn_\w+64_9\.dll)")
+                         r"(?i:loaded cudnn_\w+64_9\.dll without its dependencies)")
 
 
 @rule("abi-mismatch")
@@ -106,6 +106,8 @@ def ctranslate2_pulled_by_program(ctx: Context) -> Optional[Diagnosis]:
     wanted = _CUDNN_WANTED.search(text)
     if not lines or (wanted and next(g for g in wanted.groups() if g) == "8"):
         return None   # (a cuDNN 8 library is what failed to load: the other way round, read above)
+    if re.search(r"(?i)\\CUDNN\\|/cudnn[-_/]|\bcuDNN\s*v?9\.\d", text):
+        return None   # a cuDNN 9 the user installed: its path is the question (the install readings), not a pin
     notebook = ctx.sheet.has("platform", "notebook")
     where = ("in a notebook cell: !pip install ctranslate2==4.4.0, then restart the runtime" if notebook else
              "inside the program's own environment (activate it first: the app's start_environment / cmd_windows.bat / "

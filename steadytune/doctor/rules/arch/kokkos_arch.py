@@ -4,29 +4,28 @@ compute capability 3.7". Kokkos chooses the arch at build time through its own o
 nvcc beside it (CUDA_NVCC_FLAGS' -gencode does not reach the C++ sources Kokkos compiles with its nvcc_wrapper), so the
 build must name the GPU's arch the Kokkos way. Sources: kokkos/kokkos#602 (the developer: nvcc_wrapper as the C++
 compiler and -arch=sm_37 in CMAKE_CXX_FLAGS, which nvcc_wrapper hands to nvcc); the Kokkos_ARCH_<NAME><NN> option
-names from Kokkos' CMake options as Gentoo's kokkos ebuild maps them (3x KEPLER, 5x MAXWELL, 60/61 PASCAL, 70/72 VOLTA,
-75 TURING, 80/86 AMPERE, 89 ADA, 90 HOPPER, 100/120 BLACKWELL)."""
+names from own_cuda_builds' table of Kokkos' arch names (the same names Gentoo's kokkos ebuild maps: 3x KEPLER, 5x
+MAXWELL, 60/61 PASCAL, 70/72 VOLTA, 75 TURING, 80/86 AMPERE, 89 ADA, 90 HOPPER). The refusal form ("initialize ERROR")
+stays own_cuda_builds' reading."""
 
 from __future__ import annotations
 
 import re
 from typing import Optional
 
+from steadytune.doctor.rules.arch.own_cuda_builds import _KOKKOS_ARCH
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule
 
 
-_WARNING = re.compile(r"(?i)running kernels compiled for compute capability (\d)\.(\d) on (?:a )?device with compute "
-                      r"capability (\d)\.(\d)")
-# (first digit, second digits) -> the Kokkos_ARCH_ option family (Gentoo's kokkos ebuild, kokkos_arch_option)
-_FAMILIES = (("3", "0257", "KEPLER"), ("5", "023", "MAXWELL"), ("6", "01", "PASCAL"), ("7", "02", "VOLTA"),
-             ("7", "5", "TURING"), ("8", "06", "AMPERE"), ("8", "9", "ADA"), ("9", "0", "HOPPER"))
+# the warning form only (kernels that still run, older code): the refusal ("initialize ERROR: ... is not supported") is
+# own_cuda_builds' reading, with the Makefile's KOKKOS_ARCH too
+_WARNING = re.compile(r"(?i)WARNING:?\s*running kernels compiled for compute capability (\d)\.(\d) on (?:a )?device with "
+                      r"compute capability (\d)\.(\d)")
 
 
 def _option(major: str, minor: str) -> Optional[str]:
-    for first, seconds, name in _FAMILIES:
-        if major == first and minor in seconds:
-            return f"-DKokkos_ARCH_{name}{major}{minor}=ON"
-    return None
+    name = _KOKKOS_ARCH.get(f"{major}{minor}")   # Kokkos' own arch names (own_cuda_builds' table)
+    return f"-DKokkos_ARCH_{name.upper()}=ON" if name else None
 
 
 @rule("arch-missing")
