@@ -113,7 +113,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"A100|A800", "sm_80", peak_bf16_tflops=312.0, source=NVIDIA_CC),
     Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0, source=NVIDIA_CC),
     Product(r"A10G?\b|A40\b|RTX 30\d0|RTX A\d000", "sm_86", source=NVIDIA_CC),
-    Product(r"Jetson (?:AGX )?Xavier|Xavier NX", "sm_72", source=NVIDIA_CC),
+    Product(r"Jetson (?:AGX )?Xavier|Xavier NX|\bAGX Xavier\b", "sm_72", source=NVIDIA_CC),
     Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0|MX ?[45]50\b", "sm_75", source=NVIDIA_CC),
     Product(r"V100|TITAN V", "sm_70", source=NVIDIA_CC),
     Product(r"P100\b", "sm_60", source=NVIDIA_CC),
@@ -128,7 +128,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"GTX 7[45]0|GTX 9[456]0M|Quadro K[12]200|MX ?1[13]0\b", "sm_50", source=NVIDIA_CC),
     Product(r"Tesla K80|\bK80\b", "sm_37", source=NVIDIA_CC),
     Product(r"Tesla K(?:40|20)|Quadro K(?:5200|6000)\b|GTX 780|GTX TITAN\b(?! X)|GT 730", "sm_35", source=NVIDIA_CC),
-    Product(r"GTX 6[5-9]0|GTX 7[67]0|Quadro K(?:4[02]00|5000)\b|Tesla K10\b|GRID K520|GT 7[34]0M\b", "sm_30", source=NVIDIA_CC),
+    Product(r"GTX 6[5-9]0|GTX 7[67]0|Quadro K(?:4[02]00|5000|2000D?|600|420)\b|Tesla K10\b|GRID K520|GT 7[34]0M\b", "sm_30", source=NVIDIA_CC),
     # Tesla-generation GeForce (NVIDIA's legacy CUDA GPU table: GeForce 210, GT 220, GT 240 are 1.2)
     Product(r"GeForce 210\b|GT 2[24]0\b", "sm_12", source=NVIDIA_CC + " (legacy GPUs)"),
 )

@@ -86,6 +86,42 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
     return None
 
 
+# ctranslate2's own cuDNN 9 loader failing (its "Unable to load any of {libcudnn_ops.so.9...}" / "Cannot load symbol
+# cudnnCreateTensorDescriptor", or the Windows cudnn_ops64_9.dll said loaded "without its dependencies")
+_CT2_CUDNN9 = re.compile(r"Unable to load any of \{libcudnn_\w+\.so\.9|Cannot load symbol cudnnCreate\w*Descriptor|"
+                         r"(?i:loaded cudnn_\w+64_9\.dll without its dependencies)")
+
+
+@rule("abi-mismatch")
+def ctranslate2_pulled_by_program(ctx: Context) -> Optional[Diagnosis]:
+    """ctranslate2's cuDNN 9 loader failing inside a program's or a notebook's environment that the user did not build
+    (no torch release, no ctranslate2 release named): the program's requirements took the newest ctranslate2 (4.5.0
+    and newer are built for cuDNN 9) beside the torch the environment already had, whose cuDNN is 8 (torch before
+    2.4). The two packages disagree on the cuDNN major; the maintainers' fix in those threads was to pin ctranslate2
+    back to 4.4.0, the last cuDNN 8 release, in that environment (Whisper-WebUI#346's notebook, alltalk_tts#391's
+    start_environment; CTranslate2's release notes: 4.5.0 moved to cuDNN 9). Where the user names the releases the
+    rule above reads them instead."""
+    text = _text(ctx)
+    if "cudnn" not in text.lower() or _TORCH_RELEASE.search(text) or _CT2_RELEASE.search(text):
+        return None
+    lines = _lines_matching(ctx, _CT2_CUDNN9)
+    wanted = _CUDNN_WANTED.search(text)
+    if not lines or (wanted and next(g for g in wanted.groups() if g) == "8"):
+        return None   # (a cuDNN 8 library is what failed to load: the other way round, read above)
+    if re.search(r"(?i)\\CUDNN\\|/cudnn[-_/]|\bcuDNN\s*v?9\.\d", text):
+        return None   # a cuDNN 9 the user installed: its path is the question (the install readings), not a pin
+    notebook = ctx.sheet.has("platform", "notebook")
+    where = ("in a notebook cell: !pip install ctranslate2==4.4.0, then restart the runtime" if notebook else
+             "inside the program's own environment (activate it first: the app's start_environment / cmd_windows.bat / "
+             "its venv): pip install ctranslate2==4.4.0")
+    return _make("abi-mismatch", "ctranslate2's cuDNN 9 build beside a torch of cuDNN 8",
+                 "ctranslate2 4.5.0 and newer (pulled in by the program's requirements) are built for cuDNN 9; the torch "
+                 "the environment carries brings cuDNN 8 (torch before 2.4), so ctranslate2 finds no cuDNN 9 it can load",
+                 f"{where} (the last release built for cuDNN 8); or, when python -c \"import torch; "
+                 "print(torch.__version__)\" says 2.4 or newer (cuDNN 9 already installed by pip), keep ctranslate2 and put "
+                 "pip's nvidia/cudnn/lib folder on the loader path", [ctx.line_fact(lines[0])], lines[:1])
+
+
 _CUDNN_OLDER = re.compile(r"(?i)Loaded runtime CuDNN library: (\d+(?:\.\d+)*) but source was compiled with: (\d+(?:\.\d+)*)")
 
 
@@ -103,6 +139,20 @@ def cudnn_older_than_built_against(ctx: Context) -> Optional[Diagnosis]:
     shadow = re.search(r"LD_LIBRARY_PATH\s*=\s*\S*(?:cuda|cudnn)", _text(ctx), re.I)
     first = ("unset LD_LIBRARY_PATH (it points at a system CUDA / cuDNN whose older copy is loaded ahead of the one "
              "pip installed with the package) and run again; else " if shadow else "")
+    # jaxlib's own wheel tag names the cuDNN it was built for (+cuda11.cudnn86): when that is the "compiled with"
+    # release and the user names no cuDNN install of their own, the older copy is another package's, loaded first in
+    # the same process - a GPU TensorFlow beside jax (jax#15230: replaced by tensorflow-cpu, which brings no CUDA
+    # libraries of its own into the process) or a torch wheel with its bundled cuDNN
+    tag = re.search(r"(?i)jaxlib\S*\s*\S*\+cuda\d+\.cudnn(\d)(\d+)", _text(ctx))
+    own = re.search(r"(?i)\b(?:I (?:use|have|installed)|installed)\b.{0,30}\bcudnn\b|libcudnn8?[=_ ]\d", _text(ctx))
+    if tag and not shadow and not own and _release(built)[:2] == (int(tag.group(1)), int(tag.group(2))):
+        return _make("abi-mismatch", f"another package's cuDNN {runtime} is loaded before jaxlib's {built}",
+                     f"jaxlib (+cudnn{tag.group(1)}{tag.group(2)}) was built for cuDNN {built}, but an older cuDNN "
+                     f"{runtime} that another package in the same environment brings is loaded first",
+                     "find what brings it: pip list | grep -i -e tensorflow -e torch -e cudnn (conda list cudnn). A GPU "
+                     "TensorFlow beside jax (used for data loading, tfds) is the usual one: pip uninstall tensorflow "
+                     "tensorflow-gpu, then pip install tensorflow-cpu (no CUDA libraries of its own); otherwise give jax "
+                     "an environment of its own", [ctx.line_fact(lines[0])], lines[:1])
     return _make("wheel-platform", f"cuDNN {runtime} is older than the {built} it was built for",
                  f"{tool} was built against cuDNN {built}; the cuDNN loaded is {runtime}, an older minor",
                  f"{first}upgrade cuDNN to {built} or newer of the same major (pip install \"nvidia-cudnn-cu"

@@ -45,6 +45,10 @@ import steadytune.doctor.rules.arch.nvrtc_targets  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tinygrad_backends  # noqa: E402,F401
 import steadytune.doctor.rules.arch.op_floors  # noqa: E402,F401
 import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401
+import steadytune.doctor.rules.arch.kokkos_arch  # noqa: E402,F401
+import steadytune.doctor.rules.arch.jetson_boards  # noqa: E402,F401
+import steadytune.doctor.rules.arch.fp8_hardware  # noqa: E402,F401
+import steadytune.doctor.rules.arch.app_images  # noqa: E402,F401
 # Paddle's builds: its own messages name the build to take
 import steadytune.doctor.rules.install.paddle_builds  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
@@ -108,6 +112,8 @@ import steadytune.doctor.rules.install.requirements_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.app_torch  # noqa: E402,F401
 import steadytune.doctor.rules.install.app_rocm_pins  # noqa: E402,F401
+import steadytune.doctor.rules.install.rocm_runtime_mismatch  # noqa: E402,F401
+import steadytune.doctor.rules.install.nixos_channels  # noqa: E402,F401
 import steadytune.doctor.rules.install.webui_backend_flags  # noqa: E402,F401
 import steadytune.doctor.rules.install.directml_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.hidden_imports  # noqa: E402,F401
@@ -180,6 +186,7 @@ import steadytune.doctor.rules.install.cxx_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.ggml_cpu_builds  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.late_visibility  # noqa: E402,F401
+import steadytune.doctor.rules.machine.visibility_uuids  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rocm_build_enumeration  # noqa: E402,F401
 import steadytune.doctor.rules.machine.gpu_selection  # noqa: E402,F401
 import steadytune.doctor.rules.machine.apu_memory  # noqa: E402,F401
@@ -191,6 +198,7 @@ import steadytune.doctor.rules.machine.rccl_host_driver  # noqa: E402,F401
 import steadytune.doctor.rules.machine.peer_access  # noqa: E402,F401
 import steadytune.doctor.rules.machine.numa_balancing  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
+import steadytune.doctor.rules.machine.windows_nccl  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.schedulers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rendezvous  # noqa: E402,F401
@@ -210,6 +218,7 @@ import steadytune.doctor.rules.runtime.compute_types  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.quantized_output  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.gtx16_half  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.attention  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.sdpa_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.app_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.sage_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.trtllm_fmha  # noqa: E402,F401

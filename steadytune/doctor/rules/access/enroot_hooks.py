@@ -47,3 +47,34 @@ def enroot_without_visible_devices(ctx: Context) -> Optional[Diagnosis]:
         "or enroot start --env NVIDIA_VISIBLE_DEVICES=all (an environ file in ENROOT_CONFIG_PATH/environ.d for every "
         "container); without compute in the capabilities the hook mounts nvidia-smi but not libcuda",
         [], said[:1]))
+
+
+# nvidia-container-cli refusing a GPU index that the container cannot see ("device error: 4: unknown device")
+_UNKNOWN_DEVICE = re.compile(r"(?i)nvidia-container-cli:? device error:? [\w-]+: unknown device")
+_SLURM = re.compile(r"(?i)\bslurm\b|\bsrun\b|\bsbatch\b|\bsalloc\b|--gres\b|\bpyxis\b|\ballocat(?:ed|ion)\b")
+
+
+@rule("visibility")
+def enroot_host_indices(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: enroot (or pyxis) named, a cluster allocation, and nvidia-container-cli refusing a GPU index.
+
+    Under Slurm the job's cgroup holds only the allocated GPUs, renumbered from 0 inside it; host indices kept in
+    NVIDIA_VISIBLE_DEVICES ("0,1,4,5") name GPUs the container cannot reach. The enroot maintainer's answer
+    (NVIDIA/enroot#207): leave NVIDIA_VISIBLE_DEVICES=all and let Slurm's GPU gres choose the GPUs."""
+    text = _text(ctx)
+    if not _ENROOT.search(text) or not _SLURM.search(text):
+        return None
+    said = _lines_matching(ctx, _UNKNOWN_DEVICE)
+    if not said:
+        return None
+    # the GPUs the job was meant to have, where the paste lists their indices ("devices 0,1,4,5"): that many in the gres
+    listed = re.search(r"(?i)(?:devices?|NVIDIA_VISIBLE_DEVICES)\W{1,4}(\d+(?:\s*,\s*\d+)+)", text)
+    count = str(len(listed.group(1).split(","))) if listed else "<N>"
+    return _first(_make(
+        "visibility", "enroot was given host GPU indices the allocation does not hold",
+        "inside a Slurm allocation only the allocated GPUs exist for the job (renumbered from 0); NVIDIA_VISIBLE_DEVICES "
+        "kept with the host's indices names GPUs outside it, so nvidia-container-cli refuses them as unknown devices",
+        "leave the selection to Slurm: NVIDIA_VISIBLE_DEVICES=all for the container (enroot start --env "
+        "NVIDIA_VISIBLE_DEVICES=all, or export it before srun with pyxis) and ask for the GPUs with the gres "
+        f"(srun --gres=gpu:{count} / --gpus={count}); the container then gets exactly the job's GPUs",
+        [], said[:1]))

@@ -53,12 +53,24 @@ _NO_VULKAN = (
 )
 
 
+# Intel's Ivy Bridge, Haswell and Broadwell graphics (HD Graphics 2500/4000, 4200-5000 with Iris 5100 / Iris Pro 5200,
+# 5300-6000 with Iris 6100 / Iris Pro 6200): no Windows Vulkan driver (Intel's start at Skylake, 6th generation Core),
+# while Mesa serves them on Linux (ANV from Broadwell, hasvk for Ivy Bridge and Haswell) - so only where the paste is
+# not from Linux (r18d: k4yt3x/video2x#531, an HD Graphics 5500: "has no Vulkan support", a Vulkan GPU needed)
+_NO_WINDOWS_VULKAN = re.compile(r"(?i)\bIntel(?:\(R\))? (?:HD Graphics (?:2500|4000|4[246]00|5000|5[356]00|6000|P4[67]00|"
+                                r"P5700)|Iris(?:\(R\))? (?:Pro )?(?:Graphics )?(?:5100|5200|6100|6200))\b")
+
+
 def gpu_without_vulkan(text: str) -> Optional[tuple[str, str, str]]:
     """The GPU the paste names that no Vulkan driver serves: (its name as written, its generation, the floor)."""
     for pattern, generation, floor in _NO_VULKAN:
         m = pattern.search(text)
         if m:
             return m.group(0), generation, floor
+    m = _NO_WINDOWS_VULKAN.search(text)
+    if m and not _LINUX.search(text) and not _MAC.search(text):
+        return (m.group(0), "Ivy Bridge / Haswell / Broadwell", "Intel's Windows Vulkan drivers start at Skylake (6th "
+                "generation Core: HD / UHD Graphics 5xx-6xx, Iris Xe, Arc); Mesa's Linux drivers are the only Vulkan for it")
     return None
 
 

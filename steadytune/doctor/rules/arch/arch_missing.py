@@ -677,10 +677,17 @@ def _past_the_release_said(fix: str, tool: Optional[str], ctx: Context) -> str:
 
 def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     sheet = ctx.sheet
-    if arch.startswith("sm_") and tool in ("torch", None) and _jetson(ctx, arch):
+    # (torchvision named beside it on a Jetson: its pytorch.org build is no answer there either)
+    if arch.startswith("sm_") and tool in ("torch", "torchvision", "torchaudio", None) and _jetson(ctx, arch):
+        # the board's own compute capability (NVIDIA's CUDA GPUs page: Nano 5.3, TX2 6.2, Xavier 7.2, Orin 8.7), which
+        # a torch built on the board must be given (r18d: jetson-inference#812, PyTorch 1.6 rebuilt for the Xavier)
+        board = next((f.detail for f in ctx.sheet.of("gpu") if re.search(r"(?i)Jetson|Xavier|Orin|Tegra", f.value)),
+                     arch)   # the board named wins over a capability a sentence compares it with
+        own = (f" (this board's GPU is {board}: a torch built from source on it takes TORCH_CUDA_ARCH_LIST="
+               f"{board[3:-1]}.{board[-1]})" if re.fullmatch(r"sm_\d\d", board) else "")
         return ("the pytorch.org wheels carry no Jetson GPU code: install NVIDIA's torch built for this JetPack (the "
                 "wheel for its JetPack release from NVIDIA's 'Installing PyTorch for Jetson Platform' page, or the "
-                "Jetson AI Lab pip index), or use an NVIDIA L4T PyTorch container (nvcr.io/nvidia/l4t-pytorch)")
+                "Jetson AI Lab pip index), or use an NVIDIA L4T PyTorch container (nvcr.io/nvidia/l4t-pytorch)" + own)
     if arch.startswith("sm_"):
         # the tool that failed carries its own kernels: its wheel or build flag is the fix, not torch's index
         # (unless the torch underneath lacks the GPU too: that comes first, the extension is rebuilt against it)

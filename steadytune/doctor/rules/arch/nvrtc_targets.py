@@ -54,6 +54,24 @@ def nvrtc_unknown_arch(ctx: Context) -> Optional[Diagnosis]:
     build = _cuda_build(ctx)
     cupy = re.search(r"(?i)\bcupy\b", _text(ctx))
     cc = int(sm[3:]) if sm else None
+    said_cuda = next((int(v.split(".")[0]) for v in ctx.sheet.values("cuda") if re.match(r"\d+\.\d", v)), None)
+    openmm = re.search(r"(?i)\bopenmm\b", _text(ctx))
+    major = build[0] if build else said_cuda
+    if cc is not None and openmm and major and cc < _NVCC_OLDEST.get(major, 0):
+        # OpenMM compiles its kernels with the NVRTC of the conda CUDA it is installed with: a GPU that CUDA release
+        # dropped (Kepler sm_30 from CUDA 11, sm_35/37 from 12) needs OpenMM installed against the last CUDA that still
+        # compiles it (openmm#3756: a Quadro K2000 under CUDA 11.4 -> cudatoolkit=10.2, the maintainer's answer; 10.2
+        # and 11.8 are the last releases of CUDA 10 and 11)
+        spec = "cudatoolkit=10.2" if cc < 35 else "cudatoolkit=11.8" if cc < 50 else "cuda-version=12"
+        return _first(_make("gpu-unsupported", f"CUDA {major} no longer compiles {sm}; OpenMM's CUDA platform needs an "
+                            "older CUDA",
+                            f"OpenMM compiles its CUDA kernels at run time with the NVRTC of CUDA {major}, which dropped "
+                            f"compute capability {dotted(cc)} (CUDA {major} compiles {dotted(_NVCC_OLDEST[major])} and "
+                            "newer); the OpenCL platform still works on it",
+                            f"install OpenMM against the last CUDA that still compiles {sm}: conda install -c conda-forge "
+                            f"openmm {spec} (in a fresh environment; the driver runs older CUDA releases too), or use "
+                            "OpenMM's OpenCL platform on this GPU",
+                            [f for f in (where, ctx.line_fact(errors[0])) if f], errors))
     if cc is not None and build is not None and cc < _NVCC_OLDEST.get(build[0], 0):
         # the GPU is older than this NVRTC compiles: CUDA 12 dropped Kepler, CUDA 13 Maxwell to Volta
         older = build[0] - 1

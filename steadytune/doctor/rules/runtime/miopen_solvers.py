@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
+from steadytune.doctor.fixes import therock_family
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule, _text
 
 
 class SolverBug(NamedTuple):
@@ -58,3 +59,36 @@ def miopen_picks_a_solver_the_gpu_cannot_run(ctx: Context) -> Optional[Diagnosis
                  "backends.cudnn.enabled = False to skip MIOpen's convolutions), and report the solver and the GPU "
                  "to ROCm (a newer MIOpen may have fixed its check)", [f for f in (fact,) if f], named[:1],
                  confirmed=False)
+
+
+# MIOpen compiling its convolution kernels for an RDNA 3.5 APU (gfx1150 / gfx1151 / gfx1152) and failing on the kernel
+# source itself: inline assembly not valid for the target's ISA, which MIOpen's code-object reader then trips over
+# ("miopenStatusUnknownError: stoul", a compile error naming the ISA). The ROCm releases and wheels of the time (ROCm
+# 7.1 / 7.2, older TheRock wheels) carried the MIOpen with that assembly; TheRock's nightly wheels of the arch's own
+# family carry the fixed MIOpen. Source: ROCm/rocm-libraries#4070 (gfx1151: AMD retested on a fresh gfx1151 nightly,
+# pip install --index-url https://rocm.nightlies.amd.com/v2/gfx1151/ ... --force-reinstall, and it passed; cf.
+# ROCm/TheRock#2488).
+_NEW_APUS = ("gfx1150", "gfx1151", "gfx1152")
+_COMPILE_FAILED = re.compile(r"(?i)miopenStatusUnknownError\W{0,4}stoul|\binline (?:asm|assembly)\b.{0,80}\b(?:not valid|"
+                             r"invalid|unsupported)|\bMIOpen\b.{0,60}\b(?:fails? to compile|compil\w+ (?:failure|failed|error))")
+
+
+@rule("miopen-kernel")
+def miopen_kernel_source_on_a_new_apu(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: MIOpen's kernel compile failing on an RDNA 3.5 APU, no Winograd solver named (the table above)."""
+    arch, fact = ctx.arch()
+    if arch not in _NEW_APUS or _WINOGRAD.search(_text(ctx)):
+        return None
+    said = _lines_matching(ctx, _COMPILE_FAILED)
+    family = therock_family(arch)
+    if not said or family is None:
+        return None
+    return _first(_make(
+        "miopen-kernel", f"the installed MIOpen's kernels do not compile for {arch}",
+        f"the MIOpen in this ROCm / torch build carries convolution kernels whose inline assembly is not valid for "
+        f"{arch}'s ISA, so compiling them fails (and what reads their output trips: stoul); its cache and find mode do "
+        "not change the source",
+        f"reinstall TheRock's current nightly wheels for {arch}'s family, whose MIOpen has the fixed kernels: pip "
+        f"install --index-url https://rocm.nightlies.amd.com/v2/{family}/ --pre torch torchaudio torchvision "
+        "--force-reinstall (in the venv that fails; older wheels keep the stale MIOpen); then rm -rf ~/.cache/miopen",
+        [f for f in (fact,) if f], said[:1]))
