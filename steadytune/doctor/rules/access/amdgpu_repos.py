@@ -66,6 +66,10 @@ def amdgpu_repository_missing(ctx: Context) -> Optional[Diagnosis]:
                             "out, so apt stops before anything is installed",
                             f"point amdgpu.list at {point_at}; or wait until the {version} repository is published and "
                             "keep the default list", [], refused))
+    if int(version.split(".")[0]) < 7:
+        # before ROCm 7 the amdgpu repositories were named after the ROCm release (amdgpu/6.3/ubuntu), so such a
+        # path is not stale; its .0 folder written out (6.3.0) is install/rocm_apt_sources.py's reading
+        return None
     return _first(_make("driver", f"a stale amdgpu {version} repository is left in apt's sources",
                         f"apt still reads an amdgpu repository named after ROCm {version}, which repo.radeon.com does "
                         "not serve: an earlier amdgpu-install left its repository entries in /etc/apt/sources.list.d, "

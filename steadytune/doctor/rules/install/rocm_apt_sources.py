@@ -57,9 +57,9 @@ def radeon_repo_folder_missing(ctx: Context) -> Optional[Diagnosis]:
                  "that release folder, or that codename under it, is not published")
     return _make("rocm-libs-missing", f"the ROCm apt source points at {kind}/{folder}, which does not exist",
                  cause + "; the list file was written by hand, by an old guide or by another amdgpu-install",
-                 f"{where}; then sudo apt update && sudo apt install rocm. If the list keeps coming back wrong, remove "
-                 "the old installer first: sudo amdgpu-install --uninstall --rocmrelease=all, sudo apt purge "
-                 "amdgpu-install, sudo apt autoremove, and install the amdgpu-install package of the release again",
+                 # a stale installer's repository 404ing is access/amdgpu_repos.py's reading (its clean-up is the fix
+                 # there); here the folder itself is wrong, and the edit is the whole fix
+                 f"{where}; then sudo apt update && sudo apt install rocm",
                  [], failing[:1])
 
 
