@@ -103,6 +103,8 @@ def extension_build_without_ninja(ctx: Context) -> Optional[Diagnosis]:
 
 
 # --- flash-attn on AMD GPUs outside the CK backend ------------------------------------------------------------------
+# the flash-attention README's AMD section: "FlashAttention-2 ROCm CK backend currently supports: MI200x, MI250x,
+# MI300x, and MI355x GPUs" -- gfx90a, gfx942 and gfx950 (Dao-AILab/flash-attention#amd-rocm-support, checked round 18)
 _CK_ARCHS = ("gfx90a", "gfx942", "gfx950")
 
 
@@ -148,6 +150,10 @@ def jit_extension_stale_lock(ctx: Context) -> Optional[Diagnosis]:
         return None
     if re.search(r"(?i)\berror\b(?!s? ?=)|Traceback|undefined symbol|failed", text):
         return None
+    # torch's own code (torch/utils/cpp_extension.py, checked in round 18 against torch 2.13): the root is
+    # TORCH_EXTENSIONS_DIR or user_cache_dir("torch_extensions") (~/.cache/torch_extensions), then a py<XY>_cu<ZZZ>
+    # folder, then one per extension; _jit_compile takes FileBaton(<build dir>/lock), and file_baton.py's wait() sleeps
+    # while that file exists -- so deleting the extension's folder (the lock with it) is what frees the next run
     names = [m.group(1) for m in _JIT_LAST.finditer(text) if m.group(1)]
     root = _EXT_ROOT.search(text)
     folder = f"{root.group(1).rstrip('.')}/{names[-1] if names else '<the extension>'}" if root else \

@@ -102,6 +102,8 @@ _CPU_RUNTIME = re.compile(r"(?i)\bCPU (?:llama\.cpp|runtime)\b|\bruntime\b[^\n]{
 def lmstudio_cpu_runtime(ctx: Context) -> Optional[Diagnosis]:
     """LM Studio runs GGUF models through a llama.cpp runtime it downloads (CPU, CUDA, Vulkan, ROCm); with the CPU
     runtime selected a GPU in the machine is never used. LM Studio's runtimes page: pick the GPU's runtime."""
+    # the runtime names as LM Studio lists them: "CUDA 12 llama.cpp (Linux)" (lmstudio-ai/lmstudio-bug-tracker#966),
+    # "Vulkan llama.cpp (Windows)" (#1041); Ctrl+Shift+R opens the runtimes page (#1925)
     if "lmstudio" not in ctx.sheet.tools:
         return None
     said = _lines_matching(ctx, _CPU_RUNTIME)
@@ -165,6 +167,9 @@ def ggml_app_needs_avx2(ctx: Context) -> Optional[Diagnosis]:
         fix = ("build llama.cpp for this CPU: cmake -B build -DGGML_NATIVE=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF "
                "-DGGML_F16C=OFF (plus -DGGML_CUDA=ON / -DGGML_HIP=ON / -DGGML_VULKAN=ON for the GPU), or "
                "-DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON so it picks the CPU code at run time")
+    # koboldcpp's own flags (LostRuins/koboldcpp:koboldcpp.py, its argument parser): --noavx2 "Do not use AVX2
+    # instructions, a slower compatibility mode for older devices", --failsafe "extremely old CPU compatibility mode
+    # that should work on all devices"
     fix += "; grep -o -w 'avx2' /proc/cpuinfo | head -1 prints nothing on such a CPU"
     return _make(
         "gpu-unsupported", f"{tool}'s CPU code needs AVX2 this CPU lacks",
@@ -249,6 +254,8 @@ _GRAPH_CAPTURE = re.compile(r"(?i)capture cuda graph|cuda graph capture|cuda-gra
 def sglang_prefill_oom(ctx: Context) -> Optional[Diagnosis]:
     """SGLang's troubleshooting page: out of memory during prefill -> a smaller --chunked-prefill-size, so a long
     prompt is prefilled in pieces."""
+    # the defaults, corrected in round 18 (sgl-project/sglang python/sglang/srt/server_args.py, chunked prefill size by
+    # GPU memory: under 35 GB 2048, under 160 GB 8192, else 16384; 4096 when the memory is unknown)
     text = _text(ctx)
     if "sglang" not in ctx.sheet.tools or _GRAPH_CAPTURE.search(text):
         return None
@@ -257,10 +264,12 @@ def sglang_prefill_oom(ctx: Context) -> Optional[Diagnosis]:
         return None
     return _first(_make(
         "out-of-memory", "SGLang ran out of memory prefilling long prompts",
-        "a long prompt is prefilled in chunks of --chunked-prefill-size tokens (8192 by default on large GPUs; -1 "
-        "turns chunking off); one chunk's activations did not fit beside the weights and the KV cache",
-        "start the server with a smaller --chunked-prefill-size (4096, or 2048 on 24-40 GB GPUs), and if it still "
-        "runs out lower --mem-fraction-static (0.8, 0.7) or --max-running-requests",
+        "a long prompt is prefilled in chunks of --chunked-prefill-size tokens (by default 2048 on GPUs under 35 GB, "
+        "8192 on A100 / H100 / H200-class ones, 16384 above; -1 turns chunking off); one chunk's activations did not "
+        "fit beside the weights and the KV cache",
+        "start the server with a --chunked-prefill-size below its default (4096 on an A100 / H100-class GPU, 1024 on "
+        "one under 35 GB, where the default is already 2048), and if it still runs out lower --mem-fraction-static "
+        "(0.8, 0.7) or --max-running-requests",
         oom[:1], oom[:1]))
 
 
@@ -306,6 +315,9 @@ _TRITON_FAIL = re.compile(r"(?i)triton\.runtime\.errors|OutOfResources: out of r
 def vllm_rocm_triton_attention(ctx: Context) -> Optional[Diagnosis]:
     """vLLM's ROCm install page: where its Triton flash-attention kernel fails on the GPU (Radeon cards' smaller
     shared memory, a compile failure), VLLM_USE_TRITON_FLASH_ATTN=0 turns to its CK / naive attention."""
+    # VLLM_USE_TRITON_FLASH_ATTN=0 as AMD's MI300X workload guide exports it ("vLLM performance settings") and ROCm
+    # benchmark scripts set it ("## Use CK backend."); later vLLM builds warn it is an unknown variable and choose the
+    # backend with VLLM_ATTENTION_BACKEND, as the fix says
     if "vllm" not in ctx.sheet.tools or _vendor(ctx) != "amd":
         return None
     if ctx.sheet.env_value("VLLM_USE_TRITON_FLASH_ATTN") == "0":
