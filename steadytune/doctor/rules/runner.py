@@ -124,7 +124,13 @@ import steadytune.doctor.rules.install.pacman_sync  # noqa: E402,F401
 import steadytune.doctor.rules.install.conda_virtual_packages  # noqa: E402,F401
 import steadytune.doctor.rules.install.installer_index  # noqa: E402,F401
 import steadytune.doctor.rules.install.deepspeed_probes  # noqa: E402,F401
-import steadytune.doctor.rules.install.library_pages  # noqa: E402,F401
+# the fine-tuning libraries' own pages (round 17's library_pages.py, one module each since round 18)
+import steadytune.doctor.rules.install.bnb_cpu_torch  # noqa: E402,F401
+import steadytune.doctor.rules.install.ninja_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.flash_attn_rocm  # noqa: E402,F401
+import steadytune.doctor.rules.install.extension_lock  # noqa: E402,F401
+import steadytune.doctor.rules.install.unsloth_amd  # noqa: E402,F401
+import steadytune.doctor.rules.install.xformers_torch_pin  # noqa: E402,F401
 import steadytune.doctor.rules.machine.consumer_p2p  # noqa: E402,F401
 import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensorrt_engines  # noqa: E402,F401
@@ -202,7 +208,16 @@ import steadytune.doctor.rules.machine.windows_nccl  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.schedulers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rendezvous  # noqa: E402,F401
-import steadytune.doctor.rules.machine.app_pages  # noqa: E402,F401
+# the local apps' and servers' own pages (round 17's app_pages.py, one module each since round 18)
+import steadytune.doctor.rules.machine.suspend_resume  # noqa: E402,F401
+import steadytune.doctor.rules.machine.selinux_devices  # noqa: E402,F401
+import steadytune.doctor.rules.machine.lmstudio_runtimes  # noqa: E402,F401
+import steadytune.doctor.rules.machine.ggml_avx2  # noqa: E402,F401
+import steadytune.doctor.rules.machine.ollama_cpu_only  # noqa: E402,F401
+import steadytune.doctor.rules.machine.vllm_rocm_wheels  # noqa: E402,F401
+import steadytune.doctor.rules.machine.sglang_prefill  # noqa: E402,F401
+import steadytune.doctor.rules.machine.vllm_kernels  # noqa: E402,F401
+import steadytune.doctor.rules.machine.ollama_gpu_subset  # noqa: E402,F401
 import steadytune.doctor.rules.gpu_choice  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.served_memory  # noqa: E402,F401

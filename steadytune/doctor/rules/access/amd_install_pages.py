@@ -11,7 +11,9 @@ t17a). Each reads the machine's facts, not one report's words:
   rocm.docs.amd.com/projects/radeon-ryzen/en/docs-6.2.3/docs/install/native_linux/mgpu.html);
 - a Ryzen AI APU (Strix Point gfx1150, Strix Halo gfx1151) on a kernel older than 6.14 that ROCm does not see: the
   Ryzen PyTorch page requires the 6.14 OEM kernel on Ubuntu 24.04 (sudo apt-get install linux-oem-24.04c)
-  (rocm.docs.amd.com/projects/radeon-ryzen/en/docs-7.0.2/docs/install/installryz/native_linux/install-pytorch.html);
+  (rocm.docs.amd.com/projects/radeon-ryzen/en/docs-7.0.2/docs/install/installryz/native_linux/install-pytorch.html;
+  rechecked in round 18 against the install-ryzen.html page of the same docs as users quote it: "For ROCm on Ryzen,
+  it is required to operate on the 6.14-1018 OEM kernel or newer ... sudo apt install linux-oem-24.04c");
 - ROCm's tools not found after the install: the post-install page adds /opt/rocm/bin to PATH (and the libraries to
   ld.so.conf.d) (rocm.docs.amd.com/projects/install-on-linux/en/latest/install/post-install.html);
 - several ROCm releases side by side, the tools and the libraries of different ones: the multi-version install page
@@ -20,7 +22,9 @@ t17a). Each reads the machine's facts, not one report's words:
 - the distribution's own ROCm runtime (Ubuntu 24.04's libhsa-runtime64-1 / libhsakmt1, ROCm 5.7) found first in
   /lib/x86_64-linux-gnu, ahead of AMD's /opt/rocm: remove those packages (unverified on AMD's pages: a ROCm-on-WSL
   setup guide, github.com/andweng/wsl-rocm, states it);
-- PyTorch on Windows (AMD's wheels) on an Adrenalin driver older than the one the release asks for."""
+- PyTorch on Windows (AMD's wheels) on an Adrenalin driver older than the one the release asks for. (The 25.9.2 floor
+  is unverified, round 18: no AMD page stating it was found; ROCm/ROCm#5440 ran the 6.4.4 preview on AMD's separate
+  "PyTorch preview" driver, RN-AMDGPU-WINDOWS-PYTORCH-PREVIEW, and third-party installers name 25.9.2 for ROCm 7.)"""
 
 from __future__ import annotations
 

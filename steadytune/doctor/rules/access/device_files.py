@@ -496,7 +496,10 @@ def device_access(ctx: Context) -> Optional[Diagnosis]:
                      "Container Toolkit and use --runtime=amd -e AMD_VISIBLE_DEVICES=all)",
                      [ctx.line_fact(errors[0])], errors)
     # (nvidia-docker2: the meta package that configured docker for the toolkit, its last release part of toolkit
-    # 1.14.0, superseded by `nvidia-ctk runtime configure`: NVIDIA/nvidia-docker's deprecation notice and releases)
+    # 1.14.0, superseded by `nvidia-ctk runtime configure`: NVIDIA/nvidia-docker's deprecation notice and releases;
+    # rechecked in round 18: the toolkit's v1.15.0 release notes, NVIDIA/cloud-native-docs#40, "The v1.14.0 release
+    # was the last release to include the nvidia-container-runtime and nvidia-docker2 packages", and
+    # NVIDIA/nvidia-container-toolkit#459 stopped publishing them)
     if re.search(r"could not select device driver", text):
         return _make("device-access", "Docker has no GPU runtime",
                      "`--gpus` needs the NVIDIA Container Toolkit's hook, which is not installed (or docker was not "

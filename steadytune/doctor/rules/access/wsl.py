@@ -408,8 +408,11 @@ _DRIVER_LIBRARY_MISSING = re.compile(r"(?i)libcuda\.so(?:\.1)?:? (?:not found|ca
 
 # In a conda environment the reporter's way out was conda's own CUDA stack for torch (THU-MIG/yolov10#395: pytorch
 # 2.0.1 with pytorch-cuda=11.8 from the pytorch and nvidia channels, in place of pip's wheels). The pytorch-cuda
-# release follows the cuDNN the failing library names: cuDNN 8 went with the CUDA 11.8 builds (torch 2.0-2.3), cuDNN 9
-# with the CUDA 12.4 ones (torch 2.4 and 2.5)
+# release is picked from the cuDNN the failing library names: a cuDNN 9 library means a torch of 2.4 or later, whose
+# newest CUDA build is 12.4, else 11.8. (Corrected in round 18: the cuDNN follows the torch release, not the CUDA one:
+# torch 2.0-2.3 shipped cuDNN 8 with every CUDA build, and from 2.4 cuDNN 9 with CUDA 11.8, 12.1 and 12.4 alike --
+# pytorch/builder#1822 "Update cudnn to v9.1.0.70 for cuda11.8, cuda12.1, and cuda12.4"; the image
+# pytorch/pytorch:2.4.1-cuda11.8-cudnn9-devel exists. Either pytorch-cuda brings its own cuDNN, so the fix holds.)
 _CUDNN_MAJOR = re.compile(r"libcudnn\w*\.so\.(\d)\b")
 
 

@@ -712,8 +712,9 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
             return (f"set {OVERRIDE}={value} as a Windows user variable (setx {OVERRIDE} {value}), quit Ollama from "
                     f"the tray and start it again ({arch} then runs {_target(value)} code); where the HIP SDK's "
                     f"rocBLAS still has no code for {arch}: {libraries}; or run the card through Ollama's Vulkan backend "
-                    f"instead of ROCm (experimental from 0.12.6 with OLLAMA_VULKAN=1 set as a user variable: setx "
-                    f"OLLAMA_VULKAN 1, on by default in later releases; Ollama's GPU page)")
+                    f"instead of ROCm (experimental in the releases after 0.12.6, whose Vulkan was source-only, with "
+                    f"OLLAMA_VULKAN=1 set as a user variable: setx OLLAMA_VULKAN 1, on by default in later releases; "
+                    f"Ollama's GPU page)")
         return f"on Windows the override does not apply to the HIP SDK's libraries ({arch}): {libraries}"
     if tool in _REBUILT_FIRST:
         # the tool's own build carries the GPU code: rebuilding it for the arch is the fix that lasts, the override the

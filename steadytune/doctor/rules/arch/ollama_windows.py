@@ -1,7 +1,10 @@
 """Ollama on Windows rejecting every AMD GPU, an integrated one among them, with an empty supported list ("amdgpu is
 not supported (supported types:[])") after the user tried HSA_OVERRIDE_GFX_VERSION: its Windows ROCm runner has no
 library for the iGPU, and the override does not apply to the HIP SDK's libraries on Windows, so no override, driver or visibility setting brings one in. Ollama's
-Vulkan backend runs on any Radeon (experimental from 0.12.6 behind OLLAMA_VULKAN=1, enabled by later releases)."""
+Vulkan backend runs on any Radeon (experimental in source builds from 0.12.6, in the binary releases after it behind
+OLLAMA_VULKAN=1, enabled by later releases). Corrected in round 18: ollama/ollama's v0.12.6 release notes say Vulkan "is
+now available when you build locally from source ... In a future release, Vulkan support will be included in the
+binary release as well", so 0.12.6's installer has none; the first binary release with it was not pinned down."""
 
 from __future__ import annotations
 
@@ -42,8 +45,9 @@ def ollama_windows_accepts_no_amd_gpu(ctx: Context) -> Optional[Diagnosis]:
                       f"the supported list Ollama reads from its Windows ROCm libraries is empty for {gpus}: it has no "
                       "library for them, and HSA_OVERRIDE_GFX_VERSION does not reach the HIP SDK's libraries on "
                       "Windows", f"Ollama's ROCm runner on Windows accepts none of {gpus}: use its Vulkan backend, "
-                      "which runs on any Radeon (update Ollama: experimental from 0.12.6 with OLLAMA_VULKAN=1 set as a "
-                      "user variable, enabled by default in later releases), or the community ollama-for-amd build "
+                      "which runs on any Radeon (update Ollama: the releases after 0.12.6 carry it, experimental, with "
+                      "OLLAMA_VULKAN=1 set as a user variable, enabled by default in later releases; 0.12.6 had it "
+                      "only in builds from source), or the community ollama-for-amd build "
                       f"with ROCm libraries for {gpus}; remove HSA_OVERRIDE_GFX_VERSION, which does nothing here; "
                       "(an empty list for a card Ollama's Windows build does list means its lib\\ollama\\rocm folder "
                       "lost its kernel files: reinstall Ollama)",

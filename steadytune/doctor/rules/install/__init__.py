@@ -25,6 +25,13 @@
   wheels             a wheel for another Python or platform, an import or a build that fails, an index behind a pin
   platform_requests  a request for a package's Windows or macOS build (no error line): the table's fix for that OS
   deepspeed_probes   DeepSpeed's op builder probing libaio / cuFile (LNK1181 aio.lib, ld -laio): Linux-only ops
+  bnb_cpu_torch      bitsandbytes CPU-only beside a +cpu torch on a GPU machine: torch's GPU build, not bitsandbytes
+  ninja_builds       a flash-attn / xformers / DeepSpeed source build said to take hours: no working ninja
+  flash_attn_rocm    flash-attn on an AMD GPU outside its CK backend (gfx90a / gfx942 / gfx950): SDPA or its Triton
+                     backend
+  extension_lock     a JIT extension build waiting for ever on the lock a killed build left in its folder
+  unsloth_amd        Unsloth finding no GPU on an AMD machine: the torch beside it is not a ROCm build
+  xformers_torch_pin pip install xformers replacing the installed torch: the xformers from that torch's index
   engine_releases    an engine's or kernel package's wheel for another torch, CUDA or OS; a dependency newer than pinned
   tensorrt_engines   a TensorRT engine read by another release than built it; TensorRT-LLM's mpi4py on MPICH
   ctranslate2_builds CTranslate2's wheels by release: CUDA 12 builds on a CUDA 11 driver, a release broken on one

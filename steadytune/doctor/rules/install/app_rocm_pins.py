@@ -9,6 +9,8 @@ The torch an app pins, where the paste does not show the pin (a `torch==X` in th
   InvokeAI 5.x   torch 2.4.1 (its installer's line in invoke-ai/InvokeAI#7146: torch==2.4.1 torchvision==0.19.1 asked
                  of whl/rocm5.6; the fix there, #7147, takes rocm6.1; LykosAI/StabilityMatrix#1150: Stability Matrix's
                  InvokeAI package pinned rocm5.6 on an RX 7800 XT, and InvokeAI's manual install with rocm6.1 worked)
+                 (rechecked in round 18: #7146 reports Invoke 5.1.1 / 5.2.0 asking for torch 2.4.1 with ROCm 5.6, and
+                 #7147's summary says "The Invoke installer tries to install torch 2.4.1 with ROCm 5.6 support")
 """
 
 from __future__ import annotations

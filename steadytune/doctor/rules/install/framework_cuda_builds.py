@@ -25,7 +25,9 @@ from typing import Optional
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
 
 # TensorFlow release -> (CUDA, cuDNN) of its GPU wheel (tensorflow.org/install/source#gpu, "Tested build configurations",
-# checked against tensorflow/docs site/en/install/source.md of 2026-03: 2.18 to 2.21 are CUDA 12.5 / cuDNN 9.3);
+# checked against tensorflow/docs site/en/install/source.md of 2026-03: 2.18 to 2.21 are CUDA 12.5 / cuDNN 9.3;
+# rechecked in round 18: the Linux GPU table's row tensorflow-2.21.0 reads cuDNN 9.3, CUDA 12.5, as quoted from
+# https://www.tensorflow.org/install/source#gpu, page updated 2026-03-12);
 # also read by arch/framework_cuda.py for the first release built with a CUDA that knows a GPU generation
 TF_BUILDS = {(1, 0): ("8.0", "5.1"), (1, 1): ("8.0", "5.1"), (1, 2): ("8.0", "5.1"), (1, 3): ("8.0", "6"),
               (1, 4): ("8.0", "6"), **{(1, m): ("9.0", "7") for m in range(5, 13)},

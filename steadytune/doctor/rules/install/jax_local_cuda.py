@@ -41,6 +41,9 @@ def jaxlib_local_cuda_without_cudnn(ctx: Context) -> Optional[Diagnosis]:
     if cudnn and cudnn.startswith("8"):
         packages = f"sudo apt-get install libcudnn8={cudnn}.*-1+cuda{cuda} libcudnn8-dev={cudnn}.*-1+cuda{cuda}"
     elif cudnn and cudnn.startswith("9"):
+        # cuDNN 9's Debian/Ubuntu names carry the CUDA major: NVIDIA's own CUDA images install
+        # NV_CUDNN_PACKAGE_NAME="libcudnn9-cuda-12" and NV_CUDNN_PACKAGE_DEV="libcudnn9-dev-cuda-12"
+        # (gitlab.com/nvidia/container-images/cuda, ubuntu cudnn Dockerfiles); pytorch/xla#6835 pins libcudnn9-cuda-12
         packages = f"sudo apt-get install libcudnn9-cuda-{cuda_major} libcudnn9-dev-cuda-{cuda_major}"
     else:
         packages = (f"sudo apt-get install libcudnn8 libcudnn8-dev (the +cuda{cuda} build; cuDNN 9: "

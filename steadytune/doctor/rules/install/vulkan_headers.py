@@ -25,6 +25,10 @@ _VULKAN = re.compile(r"(?i)\bvulkan\b")
 _BUILD = re.compile(r"(?i)\bcmake\b|building wheel|GGML_VULKAN|pip install|\bbuild(?:ing)?\b")
 
 # (os fact, the packages that carry the loader's development files, the headers and glslc)
+# Fedora's names checked in round 18: vulkan-devel is what Fedora's vulkan-loader.spec declares its -devel package
+# provides ("Provides: vulkan-devel", so dnf resolves it to vulkan-loader-devel, which requires vulkan-headers);
+# glslc is a Fedora package of its own (kallyaleksiev/llms-on-strix-halo:vulkan_llamacpp_build.sh and
+# orimanabu/fedora-llama-vulkan:Dockerfile both `dnf install glslc` to build llama.cpp with GGML_VULKAN)
 _PACKAGES = {
     "fedora": "sudo dnf install vulkan-devel glslc",
     "ubuntu": "sudo apt install libvulkan-dev glslc",

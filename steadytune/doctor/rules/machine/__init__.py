@@ -15,9 +15,17 @@
   schedulers   GPUs a scheduler hides from a task that did not ask for them: Ray's num_gpus, SLURM's --gres
   rendezvous   how the ranks find and wait for each other: the collective timeout outwaited, the socket interface,
                libuv, the port, a thin report of multi-node failure
-  app_pages    situations the local apps' and servers' own troubleshooting pages list, told in words: an NVIDIA GPU
-               lost after suspend, SELinux and a container's devices, LM Studio's CPU runtime, a ggml app on a CPU
-               without AVX2, Ollama asked for the CPU, vLLM's PyPI wheel on AMD, SGLang's prefill out of memory
+  situations the local apps' and servers' own troubleshooting pages list, told in words (round 17's app_pages.py,
+  one module each since round 18):
+  suspend_resume     an NVIDIA GPU lost after suspend / resume: nvidia_uvm to reload
+  selinux_devices    SELinux keeping a container from the GPU device nodes
+  lmstudio_runtimes  LM Studio running its CPU llama.cpp runtime beside a GPU
+  ggml_avx2          a ggml app's prebuilt CPU code on a CPU without AVX2 (Illegal instruction)
+  ollama_cpu_only    Ollama asked to run on the CPU
+  vllm_rocm_wheels   vLLM's PyPI (CUDA) wheel on an AMD machine
+  sglang_prefill     SGLang's prefill of long prompts out of memory: --chunked-prefill-size
+  vllm_kernels       vLLM's compiled ops after another torch, its Triton flash attention on ROCm
+  ollama_gpu_subset  Ollama asked to use only some of several GPUs
 
 runner.py imports them in this order, which is the order their rules register in.
 """

@@ -166,6 +166,9 @@ _PINNED = re.compile(r"(?i)pin_memory\s*=\s*True|\bpinn(?:ed|ing)\b|cudaHostAllo
 def wsl_pinned_memory(ctx: Context) -> Optional[Diagnosis]:
     """CUDA on WSL's known limitations: pinned (page-locked) system memory is limited under WSL 2, so a loader that
     pins large batches fails there while the same script runs on native Linux."""
+    # (round 18: the guide's page was not retrieved again; the limit is confirmed second-hand -- microsoft/WSL#8447,
+    # CUDA out of memory under WSL 2 with half the GPU memory used, traced to pin_memory; ddpn08/rvc-webui#78's fix
+    # is pin_memory=False)
     if not ctx.sheet.has("platform", "wsl"):
         return None
     pinned = _lines_matching(ctx, _PINNED)

@@ -28,7 +28,8 @@ _SERVING_OOM_FIX = {
             "(--max-num-seqs 64: the CUDA graphs and activations it reserves grow with it) or --enforce-eager (no CUDA "
             "graphs); or tensor parallel over more GPUs",
     # (SGLang's server arguments: the static share for weights and KV cache, the prefill chunk, the running batch)
-    "sglang": "--mem-fraction-static lower (0.7), --chunked-prefill-size 4096 (or 2048), fewer --max-running-requests "
+    "sglang": "--mem-fraction-static lower (0.7), --chunked-prefill-size 4096 (1024 on GPUs under 35 GB, whose default "
+              "is 2048), fewer --max-running-requests "
               "and --cuda-graph-max-bs, a shorter --context-length; or --tp over more GPUs",
 }
 
