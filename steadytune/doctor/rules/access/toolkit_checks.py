@@ -3,7 +3,9 @@
 The check compares the toolkit's CUDA with the newest CUDA the NVIDIA driver runs (nvidia-smi's "CUDA Version"); the
 fix is a driver for that CUDA, or the older toolkit the installer offers. The driver branch of each CUDA is
 access/driver.py's table (NVIDIA's release notes); past it (CUDA 13.1 and later) only what a thread showed is named:
-unsloth#5917's reporter ran CUDA 13.3 after moving the driver from 581 to 610 (not NVIDIA's published minimum)."""
+unsloth#5917's reporter ran CUDA 13.3 after moving the driver from 581 to 610; NVIDIA's CUDA 13.3 release notes
+("CUDA Toolkit and Corresponding Driver Versions") list >=610.43.02 for 13.3 GA and Update 1, so 610 is the published
+branch too (checked v18b in public copies of that table)."""
 
 from __future__ import annotations
 
