@@ -425,7 +425,8 @@ def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
                      [ctx.line_fact(lines[0])], lines[:1])
     # Ubuntu's own cuBLAS packages (universe): libcublas11 on 22.04, the base of Colab's image (SYSTRAN/faster-whisper
     # #663 names it; Softcatala/whisper-ctranslate2#74's fix on Colab), libcublas12 on 24.04 (canonical/inference-snaps
-    # PR 78)
+    # PR 78; checked v18b: speechlib's and Style-Bert-VITS2's Colab notes run `apt install libcublas11`,
+    # charmed-hpc/charmed-hpc-benchmarks' README `sudo apt install libcublas12`)
     system = {"11": "; on Ubuntu 22.04 (Google Colab's image too) the system package: sudo apt-get install libcublas11",
               "12": "; on Ubuntu 24.04 the system package: sudo apt-get install libcublas12"}.get(major, "")
     return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS",

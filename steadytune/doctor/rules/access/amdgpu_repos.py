@@ -9,8 +9,10 @@ amdgpu-install is set up or run (round 18, r18b). Two situations, told apart by 
 - a repository named after a driver release (amdgpu/30.30.2): the ROCm point release's installer names a driver
   repository that is not published (yet); the maintainer's answer in ROCm/legacy-rocm-build#6156 was that ROCm 7.2.2
   deliberately used the previous driver repository (30.30.1), which is why the install quick-start page edits
-  amdgpu.list with sed. The previous release is read as the same line with its last number one lower (30.30.2 ->
-  30.30.1); a .0 release has no previous one to name, and the fix then says the quick-start page's list.
+  amdgpu.list with sed (checked v18b: harkgill-amd's comment there, "hence the `sed` commands in
+  .../install/quick-start.html#register-repositories"). The previous release is read as the same line with its last
+  number one lower (30.30.2 -> 30.30.1); a .0 release has no previous one to name, and the fix then says the
+  quick-start page's list.
 
 Both are the driver family (the GPU driver's packages cannot be installed); the 404 settles the cause, so the
 diagnosis leads (a WSL install meets the same stale repository before any WSL question)."""

@@ -53,10 +53,14 @@ _LEAST_LINUX_DRIVER = {(9, 0): "384.81", (9, 1): "390.46", (9, 2): "396.26", (10
                        (12, 6): "560.28.03", (13, 0): "580.65.06"}
 # The last update of a CUDA minor (the same release-notes table for 11.0-11.5: "11.0.3 Update 1" ... "11.5 Update 2";
 # NVIDIA's release-notes archive for 12.1.1, 12.4.1, 12.5.1, 12.6.3): the toolkit to take when the driver is kept
+# (checked v18b against the CUDA 13.1 release notes' driver table: 12.1 Update 1, 12.4 Update 1, 12.5 Update 1 and
+# 12.6 Update 3 are the last rows of their minors; 12.6 GA >=560.28.03 and 13.0 GA >=580.65.06 in the same table)
 _LAST_UPDATE = {(11, 0): "11.0.3", (11, 1): "11.1.1", (11, 2): "11.2.2", (11, 3): "11.3.1", (11, 4): "11.4.4",
                 (11, 5): "11.5.2", (12, 1): "12.1.1", (12, 4): "12.4.1", (12, 5): "12.5.1", (12, 6): "12.6.3"}
 # Programs whose images name no CUDA in the paste: text-generation-inference's 1.x images are built on CUDA 11.8 (its
 # maintainer in TGI#1026: "TGI is built on CUDA 11.8"); its 2.x images moved to CUDA 12, so a 2.x paste is left alone
+# (checked v18b: huggingface/llm-swarm PR 5, the 1.1.1 image refused by nvidia-container-cli with "cuda>=11.8";
+# TGI#2504, a 2024 source build compiled with CUDA 12.1)
 _PROGRAM_CUDA = re.compile(r"(?i)text-generation-(?:launcher|inference|router|server)|\bTGI\b")
 _PROGRAM_CUDA_2X = re.compile(r"(?i)(?:text-generation-inference|\bTGI\b)[:\s]*v?[2-9]\.\d")
 _CONDA_TOOLKITS = ((8, 0), (9, 0), (9, 2), (10, 0), (10, 1), (10, 2), (11, 0), (11, 1), (11, 2), (11, 3), (11, 4),

@@ -56,7 +56,9 @@ _NO_VULKAN = (
 # Intel's Ivy Bridge, Haswell and Broadwell graphics (HD Graphics 2500/4000, 4200-5000 with Iris 5100 / Iris Pro 5200,
 # 5300-6000 with Iris 6100 / Iris Pro 6200): no Windows Vulkan driver (Intel's start at Skylake, 6th generation Core),
 # while Mesa serves them on Linux (ANV from Broadwell, hasvk for Ivy Bridge and Haswell) - so only where the paste is
-# not from Linux (r18d: k4yt3x/video2x#531, an HD Graphics 5500: "has no Vulkan support", a Vulkan GPU needed)
+# not from Linux (r18d: k4yt3x/video2x#531, an HD Graphics 5500: "has no Vulkan support", a Vulkan GPU needed;
+# checked v18b: hwupgrade.it, Feb 2017, on Intel's Windows Vulkan driver: Skylake and Kaby Lake only, Broadwell and
+# Haswell left out - Ivy Bridge, older still, by the same start at Skylake)
 _NO_WINDOWS_VULKAN = re.compile(r"(?i)\bIntel(?:\(R\))? (?:HD Graphics (?:2500|4000|4[246]00|5000|5[356]00|6000|P4[67]00|"
                                 r"P5700)|Iris(?:\(R\))? (?:Pro )?(?:Graphics )?(?:5100|5200|6100|6200))\b")
 

@@ -7,7 +7,9 @@ GPU of its own compute capability):
 - an `Illegal instruction` on a Jetson Nano / TX1 / TX2 (Cortex-A57 cores) at `import numpy` / `import torch` (often
   inside a setup.py): the OpenBLAS under numpy picks a kernel for a newer ARM core type it detects wrongly there;
   OPENBLAS_CORETYPE=ARMV8 makes it use the plain ARMv8 kernels. Source: NVIDIA-AI-IOT/torch2trt#609 (the reporter's
-  fix, confirmed), the same variable NVIDIA's Jetson forum gives for numpy 1.19.5's crash."""
+  fix, confirmed), the same variable NVIDIA's Jetson forum gives for numpy 1.19.5's crash (checked v18b:
+  numpy/numpy#18131, OpenBLAS's CPU detection on Jetson; basler/pypylon#475, "setting the environment variable
+  OPENBLAS_CORETYPE=ARMV8")."""
 
 from __future__ import annotations
 

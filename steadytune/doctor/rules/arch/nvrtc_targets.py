@@ -61,7 +61,8 @@ def nvrtc_unknown_arch(ctx: Context) -> Optional[Diagnosis]:
         # OpenMM compiles its kernels with the NVRTC of the conda CUDA it is installed with: a GPU that CUDA release
         # dropped (Kepler sm_30 from CUDA 11, sm_35/37 from 12) needs OpenMM installed against the last CUDA that still
         # compiles it (openmm#3756: a Quadro K2000 under CUDA 11.4 -> cudatoolkit=10.2, the maintainer's answer; 10.2
-        # and 11.8 are the last releases of CUDA 10 and 11)
+        # and 11.8 are the last releases of CUDA 10 and 11; NVIDIA's CUDA GPUs table, checked v18b in a copy of it,
+        # gives Quadro K2000 / K2000D / K600 / K420 / 410 compute capability 3.0)
         spec = "cudatoolkit=10.2" if cc < 35 else "cudatoolkit=11.8" if cc < 50 else "cuda-version=12"
         return _first(_make("gpu-unsupported", f"CUDA {major} no longer compiles {sm}; OpenMM's CUDA platform needs an "
                             "older CUDA",

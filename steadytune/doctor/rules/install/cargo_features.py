@@ -4,7 +4,8 @@ features that a plain `cargo build` leaves out. The fix is a build with the back
 change: the binary has no GPU code to use them.
 
 Sources: TabbyML/tabby's Dockerfiles and build scripts (cargo build --features cuda --release; its GPU features cuda,
-rocm, vulkan); clap's "possible values" error. Mined from TabbyML/tabby#1163 (round 18, r18c)."""
+rocm, vulkan; checked v18b: a public Tabby build guide's `cargo build --features cuda --release --package tabby`);
+clap's "possible values" error. Mined from TabbyML/tabby#1163 (round 18, r18c)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ carries only the runtime libraries.
                                   IndexTTS and other vocoders: torch.utils.cpp_extension.load) that "failed to load" and
                                   falls back to plain torch: no toolkit, or another release than torch's
                                   (index-tts/index-tts#176: conda's nvidia/label/cuda-12.4.0::cuda-toolkit beside torch
-                                  2.5.1+cu124 made it build and load)
+                                  2.5.1+cu124 made it build and load; the channel form checked v18b in public setup
+                                  scripts: conda install -c nvidia/label/cuda-12.4.0 cuda-toolkit)
   a portable's compile script     a Windows portable bundle's script (its own python_standalone / python_embeded)
                                   compiling a CUDA extension with ninja and failing: the bundle has torch but no
                                   toolkit; its README names the CUDA Toolkit of the bundled torch and Visual Studio's

@@ -6,7 +6,8 @@ command or its options, is rebuilt with the switch, not replaced by another pack
 Source: onnxruntime.ai/docs/build/eps.html (CUDA: ./build.sh --use_cuda --cudnn_home <path> --cuda_home <path>,
 .\\build.bat on Windows; TensorRT: --use_tensorrt --tensorrt_home; OpenVINO: --use_openvino <device>);
 onnxruntime.ai/docs/build (the wheel: --build_wheel, then build/<OS>/<config>/dist/*.whl). Mined from
-microsoft/onnxruntime PR 26994 (round 18, r18c)."""
+microsoft/onnxruntime PR 26994 (round 18, r18c). Checked v18b: the OpenVINO build page's
+`./build.sh --config Release --use_openvino <hardware_option> --build_shared_lib --build_wheel`."""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ in-box amdgpu kernel driver, only the OpenCL part of AMD's packaged driver in he
 Sources: ROCm's amdgpu-install pages (use cases: "If --usecase option is not present, the default selection is
 graphics,opencl,hip"); amdgpu-install's --no-dkms (installs without the DKMS kernel driver, as in
 ROCm/legacy-rocm-build#1713's `amdgpu-install --usecase=rocm --no-dkms`); the amdgpu-install docs' table of the Pro installer
-(`./amdgpu-pro-install -y --opencl=rocr,legacy`, with `--headless` for OpenCL without the Pro graphics);
+(`./amdgpu-pro-install -y --opencl=rocr,legacy`, with `--headless` for OpenCL without the Pro graphics; checked v18b:
+gitlab.com/amdgpu/docs/amdgpu-install commit 25007ea8, a pastebin log of amdgpu-pro 21.20's
+`./amdgpu-pro-install -y --opencl=rocr,legacy --headless`, and a gist's `--opencl=legacy,pal --headless --no-dkms`);
 hashcat/hashcat#2972 (RX 6900 XT, ROCm installed, CL_PLATFORM_NOT_FOUND_KHR; the reporter kept the in-box amdgpu driver
 and installed only amdgpu-pro's OpenCL in headless mode, and hashcat found the card)."""
 

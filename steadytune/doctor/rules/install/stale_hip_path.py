@@ -6,7 +6,7 @@ not found", and clang's "cannot find HIP runtime". The release is sound; the var
 
 Sources: ROCm 5.3's release notes (the Linux filesystem hierarchy, with a backward-compatible layout for a while);
 StanfordLegion/legion MR 1153 ("As of ROCm 6, the path /opt/rocm-6.0.0/hip no longer exists"; set ROCM_PATH to
-/opt/rocm-X.Y.Z, not .../hip); ROCm/legacy-rocm-build#6285 (hipconfig looking for /opt/rocm-7.2.3/hip/share/hip/version; AMD's answer: a stale
+/opt/rocm-X.Y.Z, not .../hip; checked v18b); ROCm/legacy-rocm-build#6285 (hipconfig looking for /opt/rocm-7.2.3/hip/share/hip/version; AMD's answer: a stale
 HIP_PATH from a previous install; `sudo amdgpu-install --uninstall --rocmrelease=all`, `sudo apt purge amdgpu-install`,
 `sudo apt autoremove`, unset the leftover variable, reinstall with `amdgpu-install -y --usecase=graphics,rocm`; the
 reporter confirmed it)."""

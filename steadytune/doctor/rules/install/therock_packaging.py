@@ -6,7 +6,7 @@ it, the fix).
 
 Sources: ROCm/TheRock#2954 (the amd-smi console script exits 1 in `rocm-sdk test` on the 7.11.0a20260112 nightlies:
 TheRock PR 2188, merged 2026-01-10, moved amdsmi from the base/ artifact to core/ without updating the wheel's
-console-script entry points; reverted on 2026-01-13 in commit dbad34bf)."""
+console-script entry points; reverted on 2026-01-13 in commit dbad34bf; checked v18b against the issue's timeline)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ where the fact comes from. Mixing the missing file from an older release with th
 one release go together): the next release is.
 
 Sources: lshqqytiger/ZLUDA#44 (v3.8.3's ZLUDA-windows-rocm5-amd64.zip and -rocm6- zips have no cudart.dll; v3.8's
-cudart.dll with v3.8.3's DLLs gives blurry images; the maintainer shipped v3.8.4 with cudart.dll in its zips)."""
+cudart.dll with v3.8.3's DLLs gives blurry images; the maintainer shipped v3.8.4 with cudart.dll in its zips; checked
+v18b: "v3.8.4 was released with cudart.dll.")."""
 
 from __future__ import annotations
 

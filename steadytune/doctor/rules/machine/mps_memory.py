@@ -4,7 +4,9 @@ allocator's default cap lies beyond what the RAM can give.
 PyTorch's "MPS Environment Variables" page: PYTORCH_MPS_HIGH_WATERMARK_RATIO is the hard limit on the allocations, as
 a ratio of device.recommendedMaxWorkingSetSize, 1.7 by default (above 1.0: beyond the recommended size; 0.0: no
 limit); PYTORCH_MPS_LOW_WATERMARK_RATIO is the soft limit at which the allocator frees its cached buffers, 1.4 by
-default on unified memory, and must stay below the high one. With the defaults a job that keeps allocating on a Mac
+default on unified memory, and must be no higher than the high one (checked v18b: MPSAllocator.mm's
+TORCH_CHECK(m_low_watermark_ratio <= high_watermark_limit, "invalid low watermark ratio")).
+With the defaults a job that keeps allocating on a Mac
 slides into swap and can freeze or restart the machine rather than fail with "MPS backend out of memory"
 (index-tts/index-tts#414: an M3 Ultra climbing to 249 of 256 GB over a few generations; the watermark ratios,
 exported before the web UI started, held it near 60% of the RAM). PYTORCH_ENABLE_MPS_FALLBACK=1 runs the ops MPS
