@@ -10,17 +10,13 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import NOT_DETECTED, Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.install.nixos_channels import nixos_release
 
 _NIXOS = re.compile(r"(?i)\bnixos\b|\bnix (?:shell|run|develop)\b|\bnixpkgs#")
 _HIP_NO_GPU = re.compile(r"(?i)hipInit\W{0,3}(?:\w+\W{0,3})?(?:Invalid device|no ROCm-capable device|"
                          r"hipErrorNoDevice|hipErrorInvalidDevice)|\bHIP\b.{0,40}\b(?:no (?:compatible )?GPUs? "
                          r"(?:found|detected)|Invalid device)|hipErrorNoDevice|no ROCm-capable device|"
                          r"No (?:compatible|HIP) GPUs? (?:were )?(?:found|available)")
-# the release channel the paste names (NixOS 24.05, 23.11 (Tapir)): nixpkgs moved its ROCm to 6.x in 24.05 (the
-# 24.05-beta tree has pkgs/development/rocm-modules/6, 23.11-beta rocm-modules/5 at 5.7.1); the
-# channels before carry ROCm 5.x, which the 6.1 LTS kernel's KFD serves, so there the break is the channel's own
-# package (install/nixos_channels.py reads it: nixpkgs#265371, 23.11 on 6.1.60, fixed by the 23.05 package)
-_NIXOS_RELEASE = re.compile(r"(?i)\bNixOS\W{1,4}(\d{2})\.(05|11)\b|\b(\d{2})\.(05|11) \((?:[A-Z][a-z]+)\)")
 _KERNEL = re.compile(r"(?i)\bLinux (\d+)\.(\d+)(?:\.\d+)?|\bkernel (?:version )?(\d+)\.(\d+)")
 
 
@@ -29,8 +25,12 @@ def nixos_kernel_too_old_for_rocm(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not _NIXOS.search(text) or re.search(r"(?i)\bnvidia\b|\bcuda\b", text):
         return None
-    release = _NIXOS_RELEASE.search(text)
-    if release and (int(release.group(1) or release.group(3)), int(release.group(2) or release.group(4))) < (24, 5):
+    # the release channel the paste names (NixOS 24.05, 23.11 (Tapir)): nixpkgs moved its ROCm to 6.x in 24.05 (the
+    # 24.05-beta tree has pkgs/development/rocm-modules/6, 23.11-beta rocm-modules/5 at 5.7.1); the
+    # channels before carry ROCm 5.x, which the 6.1 LTS kernel's KFD serves, so there the break is the channel's own
+    # package (install/nixos_channels.py reads it: nixpkgs#265371, 23.11 on 6.1.60, fixed by the 23.05 package)
+    release = nixos_release(text)
+    if release and (release[0], int(release[1])) < (24, 5):
         return None
     failed = _lines_matching(ctx, _HIP_NO_GPU) or (_lines_matching(ctx, NOT_DETECTED)
                                                    if re.search(r"(?i)\bHIP\b|\bROCm\b", text) else [])

@@ -20,6 +20,14 @@ _NIXOS_RELEASE = re.compile(r"(?i)\bNixOS\W{1,4}(\d{2})\.(05|11)\b|\b(\d{2})\.(0
 _NIX_PACKAGE = re.compile(r"(?i)\bnixpkgs\b|\bnix-(?:shell|env)\b|\bnix (?:run|shell|profile)\b|-hip\b|\brocmPackages\b")
 
 
+def nixos_release(text: str) -> Optional[tuple[int, str]]:
+    """The NixOS release channel a paste names ("NixOS 24.05", "23.11 (Tapir)") as (year, "05" or "11")."""
+    found = _NIXOS_RELEASE.search(text)
+    if found is None:
+        return None
+    return int(found.group(1) or found.group(3)), found.group(2) or found.group(4)
+
+
 def _previous(year: int, month: str) -> str:
     return f"{year}.05" if month == "11" else f"{year - 1}.11"
 
@@ -30,13 +38,13 @@ def nixpkgs_hip_package_on_its_channel(ctx: Context) -> Optional[Diagnosis]:
     if not ctx.sheet.has("os", "nixos"):
         return None
     text = _text(ctx)
-    release = _NIXOS_RELEASE.search(text)
+    release = nixos_release(text)
     if release is None or not _NIX_PACKAGE.search(text):
         return None
     said = _lines_matching(ctx, _HIP_INIT)
     if not said:
         return None
-    year, month = (int(release.group(1) or release.group(3)), release.group(2) or release.group(4))
+    year, month = release
     this, before = f"{year}.{month}", _previous(year, month)
     # the package: a "-hip" build named, else what nix was asked for (nix-shell -p X, nix run nixpkgs#X)
     package = (re.search(r"(?i)\b([\w-]+-hip)\b", text) or
