@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from steadytune.doctor.diagnose import diagnose_text
 from steadytune.doctor.error_lines import classify_line, find_errors, is_error_line
 from steadytune.doctor.facts import extract_facts
@@ -140,6 +142,35 @@ def test_a_paste_that_names_its_gpu_fills_the_table(tmp_path):
     [likely] = [f for f in findings if f.check == "diagnosis" and "likely cause" in f.what]
     assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in likely.fix
 
+
+
+def test_a_windows_crash_report_is_an_error_line_not_an_unreadable_paste(tmp_path):
+    """Event Viewer's Application Error, as users copy it from Windows: the crash code and the DLL it happened in are
+    the error; "could not read any GPU" alone would tell the user nothing."""
+    text = ("Faulting application name: ComfyUI.exe, version: 1.2.0.0, time stamp: 0x6512a0b1\n"
+            "Faulting module name: cublasLt64_12.dll, version: 6.14.11.1220, time stamp: 0x64f0e2d4\n"
+            "Exception code: 0xc0000005\n")
+    gpus, findings = doctor(tmp_path, text)
+    answered = [f for f in findings if f.check in ("diagnosis", "unrecognised-error")]
+    assert answered and not [f for f in findings if "could not read any GPU" in f.what]
+    assert [e.line for e in find_errors(text.splitlines())][-1] == "Exception code: 0xc0000005"
+    assert not find_errors(["Exception code: see the table below"])
+
+
+@pytest.mark.parametrize("words", [
+    "The workers came up without their GPUs: the dashboard shows the nodes missing GPUs.",
+    "Image generation is unusably slow on the 4090, the GPU usage is near 0% the whole time.",
+    "The 70B model runs almost entirely on CPU although the card has room for it.",
+])
+def test_a_complaint_in_words_gets_a_finding_not_silence(tmp_path, words):
+    gpus, findings = doctor(tmp_path, words + "\n")
+    assert [f for f in findings if f.check in ("diagnosis", "not-read", "similar-case")], findings
+
+
+def test_a_healthy_report_in_words_is_no_complaint():
+    for words in ("GPU usage is at 98% during training", "The run uses the GPU, nothing runs on CPU",
+                  "no GPUs are missing from the list"):
+        assert not extract_facts(words).values("complaint"), words
 
 ROCM_SMI_NA = """\
 ========================================= ROCm System Management Interface =========================================

@@ -183,7 +183,11 @@ _STRONG = re.compile(r"(?i)\b(?:[A-Z]\w*(?:Error|Exception))\b|\berror\b|\bfatal
                      r"\binvalid\b|\bunable to\b|\bcould not\b|"
                      # rocminfo's own failure line ("hsa api call failure at ...", retold "hsa api call failure,
                      # returned 4104"): an error whatever else the line says
-                     r"\bhsa api call failure\b" + _GENERIC_FAILURES)
+                     r"\bhsa api call failure\b|"
+                     # Windows' Application Error event (Event Viewer, id 1000) as users copy it: the crash's code and
+                     # the DLL it happened in ("Exception code: 0xc0000409", "Faulting module name: cudnn64_8.dll")
+                     r"\bexception code:\s*0x[0-9a-f]{8}\b|\b(?:faulting|error) (?:module|application) name:"
+                     + _GENERIC_FAILURES)
 
 
 def _is_error_proper(line: str) -> bool:

@@ -716,7 +716,8 @@ def _complaint(line: str):
     an error line, which a rule may still explain from the other facts. Slowness is its own value: the rules that
     explain a slow run (MIOpen's kernel search, a transport without P2P) read it, the ones for a failure do not."""
     if re.search(r"(?i)\b(?:takes? (?:forever|ages|minutes|hours)|(?:very|extremely|super|really|painfully) slow|"
-                 r"slow(?:er)? than|slow first|first (?:run|step|image|generation) (?:is |takes )?(?:very )?slow)", line):
+                 r"slow(?:er)? than|slow first|first (?:run|step|image|generation) (?:is |takes )?(?:very )?slow|"
+                 r"(?:uselessly|unusably|unbearably|incredibly|ridiculously) slow)", line):
         yield "complaint", "slow", ""
     line = re.sub(r"[’´`]", "'", line)   # doesn´t, doesn’t
     # "RX 6700 XT crashes with rocm", not a warning that something "may crash"
@@ -729,6 +730,10 @@ def _complaint(line: str):
                  r"recogni[sz]ed?|recogni[sz]ing|detecting)\b|\bno longer (?:works?|uses?|detects?|recogni[sz]es?|"
                  r"supports?|runs?|sees?)\b|\bfalls? back to (?:the )?CPU\b|\bonly (?:uses?|using) (?:the )?CPU\b|\bonly (?:the )?CPU\b|"
                  r"\bno GPU (?:agent|found|detected|device)s?\b|"
+                 # "workers missing GPUs", "GPU usage is near 0%", "executed pretty much entirely on CPU"
+                 r"\bmissing (?:the |its |their |all |any )?GPUs?\b|\bGPU (?:usage|utili[sz]ation|util|load) (?:is |stays |"
+                 r"remains |at )?(?:near |nearly |about |almost |only |just )?0 ?%|\b(?:executed|executing|running|runs?|"
+                 r"ran) (?:\w+ ){0,3}(?:entirely|completely|only|all|mostly) on (?:the )?CPU\b|"
                  # terse English ("gfx1035 don't work", "the gpu no use", "cpu is very high but the gpu ...")
                  r"\b(?:don't|do not) work\b|\bGPU (?:is )?(?:no|not) (?:use|used|in use)\b|"
                  r"\bCPU (?:usage )?is (?:very |so )?high\b.{0,30}\bGPU\b|"
