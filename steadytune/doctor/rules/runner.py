@@ -241,6 +241,9 @@ import steadytune.doctor.rules.runtime.sdpa_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.app_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.sage_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.trtllm_fmha  # noqa: E402,F401
+# round 19 (r19d): desktop image / video apps' attention packages and precision
+import steadytune.doctor.rules.runtime.xformers_fallback  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.sage_attention_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.cuda_notes  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
