@@ -244,6 +244,9 @@ import steadytune.doctor.rules.runtime.trtllm_fmha  # noqa: E402,F401
 # round 19 (r19d): desktop image / video apps' attention packages and precision
 import steadytune.doctor.rules.runtime.xformers_fallback  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.sage_attention_kernels  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.sage_attention_imports  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.flash_attention_windows  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.bf16_models  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.cuda_notes  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
