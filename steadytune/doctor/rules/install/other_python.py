@@ -30,7 +30,7 @@ _WHEEL = re.compile(rf"(?i)\b({_EXTENSION})-[\w.+]+-(cp3\d+)-(?:cp3\d+|abi3|none
 _OTHER_PYTHON = re.compile(r"(?i)\b(?:user-?wide|system(?:-?wide)?|global(?:ly)?|my (?:own|main)) python\b|"
                            r"\bpython\b.{0,20}\b(?:user-?wide|system-?wide|globally)\b|installed (?:it )?globally")
 # an app that runs its own Python
-_APP = re.compile(r"(?i)\bComfy\s?UI\b|\bFramePack\b|\bForge\b|stable-diffusion-webui|\bFooocus\b|\bSD\.?Next\b|"
+_APP = re.compile(r"(?i)\bComfy\s?UI(?:\b|_)|python_embeded|\bFramePack\b|\bForge\b|stable-diffusion-webui|\bFooocus\b|\bSD\.?Next\b|"
                   r"\bStability\s?Matrix\b|\bSwarm\s?UI\b|\bWan2GP\b|\bkohya_ss\b|\bPinokio\b|\bInvokeAI\b")
 # torch builds said in the paste (torch 2.8.0+cu129, "Pytorch version: 2.7.0+cu128")
 _TORCH_BUILD = re.compile(r"(?i)\bpy?torch\b\W{0,3}(?:version\W{0,3})?(\d\.\d+(?:\.\d+)?)\s?\+\s?(cu\d+(?:\.\d)?|rocm[\d.]+|cpu)")

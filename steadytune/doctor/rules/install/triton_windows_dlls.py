@@ -14,7 +14,8 @@ from typing import Optional
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule, _text
 
 # the import of triton's compiled modules failing for a DLL (Windows' own wording)
-_TRITON_DLL = re.compile(r"(?i)DLL load failed while importing (?:libtriton|_C|triton\w*)\b.{0,80}|"
+# (torch's own "while importing _C" is not triton's: only a traceback through triton's folder makes it so)
+_TRITON_DLL = re.compile(r"(?i)DLL load failed while importing (?:libtriton|triton\w*)\b|"
                          r"triton[\\/].{0,120}\bDLL load failed")
 _TRITON = re.compile(r"(?i)\btriton\b")
 # the Python in use, by its folder: an embedded one (ComfyUI portable, one-click packages) or a venv
@@ -25,9 +26,10 @@ _EMBEDDED = re.compile(r"(?i)([A-Z]:\\[^\s'\"]*?\\(?:python_embeded|python_embed
 def triton_windows_runtime_dlls(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a DLL load failure while importing libtriton (or a triton module, triton named in the paste)."""
     text = _text(ctx)
-    said = [e for e in _lines_matching(ctx, r"(?i)DLL load failed") if _TRITON_DLL.search(e.line)
-            or (re.search(r"(?i)libtriton", e.line))]
-    if not said and not (_lines_matching(ctx, r"(?i)DLL load failed") and re.search(r"(?i)triton[\\/]", text)):
+    said = [e for e in _lines_matching(ctx, r"(?i)DLL load failed") if _TRITON_DLL.search(e.line)]
+    # a traceback through site-packages\triton\ whose last line is the DLL failure
+    through = re.search(r"(?i)[\\/]triton[\\/][^\n]*\n(?:[^\n]*\n){0,8}[^\n]*DLL load failed", text)
+    if not said and not through:
         return None
     said = said or _lines_matching(ctx, r"(?i)DLL load failed")
     embedded = _EMBEDDED.search(text)

@@ -39,12 +39,12 @@ def sage_attention_installed_but_not_importable(ctx: Context) -> Optional[Diagno
     installed; the app (table) gives its own Python."""
     said = _lines_matching(ctx, _NOT_INSTALLED)
     text = _text(ctx)
-    if not said or not _INSTALLED.search(text.replace(said[0].line, "")):
+    if not said or not _INSTALLED.search(_NOT_INSTALLED.sub("", text)):
         return None
     if re.search(r"(?i)not new enough|too old|\b1\.0\.\d\b", text):
         return None   # SageAttention 1.x: sage_attention.py's reading
     # (FramePack's one-click package is Windows'; a Linux path or distribution says otherwise)
-    windows = windows_paste(ctx, text) or bool(re.search(r"(?i)\.bat\b|\.exe\b|FramePack|python_embeded", text)
+    windows = windows_paste(ctx, text) or bool(re.search(r"(?i)\.bat\b|\.exe\b|FramePack|python_embeded|_windows_portable", text)
                                                 and not re.search(r"(?i)/home/|\bLinux\b|\bUbuntu\b", text))
     own = next(((name, how) for names, name, how in _OWN if re.search(names, text)), None)
     if own is None:
