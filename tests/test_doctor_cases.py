@@ -260,6 +260,12 @@ KNOWN_MISSES = {
                                                                 "build first published ROCm 6.4 wheels, triggered by "
                                                                 "the maintainer in the thread; nothing in the paste "
                                                                 "names it",
+    # round 19 (r19d): labelled apart from its twins
+    "https://github.com/kijai/ComfyUI-HunyuanVideoWrapper/issues/381": "torch._scaled_mm refusing an RTX 3090 under "
+                                                                       "an fp8 fast mode is labelled gpu-unsupported "
+                                                                       "here and precision in its two training twins "
+                                                                       "(HunyuanVideoWrapper#98, PyramidFlowWrapper#43) "
+                                                                       "for the same fix, which doctor already gives",
 }
 
 

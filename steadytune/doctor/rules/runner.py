@@ -190,6 +190,10 @@ import steadytune.doctor.rules.install.vulkan_images  # noqa: E402,F401
 import steadytune.doctor.rules.install.vc_runtime  # noqa: E402,F401
 import steadytune.doctor.rules.install.cxx_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.ggml_cpu_builds  # noqa: E402,F401
+# round 19 (r19d): desktop image / video apps' packaging on Windows and the Python a package went into
+import steadytune.doctor.rules.install.triton_windows_dlls  # noqa: E402,F401
+import steadytune.doctor.rules.install.pinokio_bin  # noqa: E402,F401
+import steadytune.doctor.rules.install.other_python  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.late_visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility_uuids  # noqa: E402,F401
@@ -237,6 +241,12 @@ import steadytune.doctor.rules.runtime.sdpa_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.app_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.sage_attention  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.trtllm_fmha  # noqa: E402,F401
+# round 19 (r19d): desktop image / video apps' attention packages and precision
+import steadytune.doctor.rules.runtime.xformers_fallback  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.sage_attention_kernels  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.sage_attention_imports  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.flash_attention_windows  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.bf16_models  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.cuda_notes  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 

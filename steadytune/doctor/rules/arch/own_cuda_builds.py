@@ -167,6 +167,10 @@ def _toolkit_note(ctx: Context, cc: str) -> str:
 def _toolkit(ctx: Context) -> Optional[tuple[int, int]]:
     if re.search(r"\+cu\d{2,3}\b", _text(ctx)):
         return None   # a CUDA torch wheel in play: its toolkit is its own
+    if ctx.sheet.values("torch") and not _BUILT.search(_text(ctx)):
+        # a torch release named with nothing built here (round 19, r19d: Forge's "torch 2.3.1" on an RTX 5090 beside
+        # "CUDA 12.1"): the CUDA is the torch wheel's, and the fix is another wheel, not a rebuild
+        return None
     for line in ctx.sheet.lines:
         if re.search(r"(?i)CUDA Version:|CUDA used to build", line):
             continue
@@ -174,6 +178,11 @@ def _toolkit(ctx: Context) -> Optional[tuple[int, int]]:
         if m:
             return int(m.group(1)), int(m.group(2))
     return None
+
+
+# a build of the user's own in the paste: a compiler, a build system, an extension's setup
+_BUILT = re.compile(r"(?i)\bnvcc\b|\bcmake\b|\bmake\b|-gencode|setup\.py|\bbuilding\b|\bcompiling\b|"
+                    r"\bcompile (?:it|the|my|from)\b")
 
 
 @rule("arch-missing")

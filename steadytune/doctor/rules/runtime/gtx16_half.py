@@ -22,12 +22,9 @@ import re
 from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule
-from steadytune.doctor.rules.runtime.shared import _text_of, _WHISPER
+from steadytune.doctor.rules.runtime.shared import _GTX16, _text_of, _WHISPER
 
 
-# the cards: "GTX 1660 SUPER", "GeForce GTX1650", "1660Ti", "1660S" (a bare "1660" is a number unless GTX names it)
-_GTX16 = re.compile(r"(?i)(?<![\w.])(?:(?:GeForce\s+)?GTX\s?-?(16[356]0)(?:\s?(?:Ti|SUPER)|S)?|"
-                    r"(16[356]0)(?:\s?(?:Ti|SUPER)|S))(?![\w])")
 # the output that half precision spoils, in the user's words: NaN values, green or black pictures, silent or empty audio
 _SPOILED = re.compile(r"(?i)\bnans?\b|\b(?:green|black)\s+(?:screens?|images?|pictures?|outputs?|squares?|backgrounds?|"
                       r"results?|frames?|faces?|videos?)\b|\b(?:solid|completely|all|pure|entirely)\s+(?:black|green)\b|"
@@ -61,6 +58,13 @@ _OWN_SWITCHES = (
      "make the background upsampler fp32 (RealESRGANer(..., half=False))"),
     (r"(?i)Real-?ESRGAN|inference_realesrgan",
      "run Real-ESRGAN with --fp32 (RealESRGANer(..., half=False)), its FP16 off; or " + _CUDNN_BENCHMARK),
+    # LoRA trainers on kohya's sd-scripts (the kohya_ss GUI, its "NaN detected in latents" check): the script's own
+    # cudnn.benchmark (bmaltais/kohya_ss#1951: a GTX 1660's NaN latents, fixed by cudnn.benchmark = True in the
+    # training script), or the VAE in fp32 (sd-scripts' --no_half_vae)
+    (r"(?i)\bkohya(?:_ss)?\b|sd-scripts|\b(?:sdxl_)?train_network\.py\b|NaN detected in latents",
+     "in the training script (sd-scripts' train_network.py / sdxl_train_network.py, which the kohya_ss GUI runs) " +
+     _CUDNN_BENCHMARK.replace("the imports of the script", "its imports") + "; or encode the latents with the VAE in fp32 "
+     "(--no_half_vae, kohya_ss GUI: Advanced > Additional parameters)"),
     (r"(?i)\bFooocus\b|(?<![-\w])Forge\b", "start it with --all-in-fp32 (or --vae-in-fp32 where only the decoded picture is "
      "black), FP16 off; fp32 takes about twice the GPU memory"),
     (r"(?i)\bInvokeAI\b", "set precision: float32 in invokeai.yaml (FP16 off) and restart InvokeAI"),

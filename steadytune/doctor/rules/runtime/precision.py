@@ -9,7 +9,7 @@ from typing import Optional
 from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.rules.base import _catalogue, Context, Diagnosis, _make, _restate, rule
 from steadytune.doctor.rules.runtime.demo_dtype_flags import demo_dtype_flag
-from steadytune.doctor.rules.runtime.shared import _text_of, _training, _WHISPER
+from steadytune.doctor.rules.runtime.shared import _GTX16, _text_of, _training, _WHISPER
 
 
 # NaN losses and fp16 overflow: the values leave fp16's range (max 65504), not a missing instruction
@@ -435,6 +435,8 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
     if nans:
         return image_nans(ctx, nans)
     latents = [e for e in errors if _LATENT_NANS.search(e.line)]
+    if latents and _GTX16.search(_text_of(ctx)):
+        return None   # a GTX 16xx card's fp16 NaN: gtx16_half reads it (its cudnn.benchmark first; round 19, r19d)
     if latents:
         return _make("precision", "the VAE overflows fp16 while encoding the latents",
                      "the trainer checks the latents the VAE encodes; NaN there is the VAE run in fp16 (the SDXL VAE "

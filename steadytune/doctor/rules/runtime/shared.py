@@ -19,6 +19,11 @@ _TRAINING = re.compile(r"(?i)\b(?:Q?LoRA|PEFT|fine-?tun\w*|train(?:ing|er)?|SFT\
                        r"backward\(\)|accelerate launch|deepspeed)")
 
 
+# a GeForce GTX 16xx card (gtx16_half's reading; precision leaves it NaN latents): "GTX 1660 SUPER", "GeForce GTX1650", "1660Ti", "1660S" (a bare "1660" is a number unless GTX names it)
+_GTX16 = re.compile(r"(?i)(?<![\w.])(?:(?:GeForce\s+)?GTX\s?-?(16[356]0)(?:\s?(?:Ti|SUPER)|S)?|"
+                    r"(16[356]0)(?:\s?(?:Ti|SUPER)|S))(?![\w])")
+
+
 # an illegal memory access: out_of_memory reads it in a training run, gpu_hang on any other
 _ILLEGAL_MEMORY = re.compile(r"(?i)\billegal memory\b|hipErrorIllegalAddress|cudaErrorIllegalAddress")
 

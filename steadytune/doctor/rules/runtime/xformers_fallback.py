@@ -1,0 +1,57 @@
+"""An image app that stopped working on a Blackwell card (RTX 50xx, sm_120) after torch was already moved to a CUDA
+12.8+ build: torch's own kernels cover the card, and the piece left without them is the xformers installed beside it
+(a build made before sm_120, or a dev build for another torch). The standard way out is the app's switch that turns
+xformers off, so attention runs on PyTorch's own SDPA; an xformers built for this torch is the other
+(lllyasviel/stable-diffusion-webui-forge#2998: an RTX 5090 on torch 2.7.1+cu128 with xformers 0.0.32.dev, fixed by
+disabling xformers). The switches, from each app's argument parser: Forge's backend/args.py --disable-xformers
+(PyTorch attention: --attention-pytorch); ComfyUI's --disable-xformers; the A1111 web UI uses xformers only with
+--xformers (its --opt-sdp-attention is PyTorch's)."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
+
+_BLACKWELL = re.compile(r"(?i)\bRTX ?50[5-9]0(?: ?Ti)?\b|(?<![\w])50[5-9]0(?: ?Ti)?\b|\bsm_?12\d\b|\bBlackwell\b|"
+                        r"\bRTX PRO 6000\b")
+# torch shown as a CUDA 12.8-or-newer build: its own kernels carry sm_120
+_TORCH_CU128 = re.compile(r"(?i)\btorch\S*\s*(?:==\s*)?2\.(?:[7-9]|1\d)\S*\+cu1(?:2[89]|3\d)\b|\+cu1(?:2[89]|3\d)\b")
+_XFORMERS = re.compile(r"(?i)\bxformers\b\s*(?:==|version:?)?\s*\d+\.\d+\.\d+\S*")
+# the app failing, in the user's words or an error line
+_FAILING = re.compile(r"(?i)stopped working|not working|doesn'?t work|does not work|won'?t (?:start|run|work)|fails?\b|"
+                      r"\berror\b|crash\w*|no kernel image")
+
+# (what names the app, its switch that turns xformers off)
+_SWITCHES = (
+    (r"(?i)\bForge\b|stable-diffusion-webui-forge", "add --disable-xformers to COMMANDLINE_ARGS in webui-user.bat / "
+     "webui-user.sh (Forge then runs PyTorch attention; --attention-pytorch says it outright)"),
+    (r"(?i)\bComfy\s?UI\b", "start ComfyUI with --disable-xformers (it then uses PyTorch's attention)"),
+    (r"(?i)stable-diffusion-webui|\bA1111\b|AUTOMATIC1111|webui-user", "remove --xformers from COMMANDLINE_ARGS in "
+     "webui-user.bat / .sh (use --opt-sdp-attention, PyTorch's attention)"),
+)
+
+
+@rule("attention")
+def xformers_left_behind_on_blackwell(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: a Blackwell card, torch shown as a cu128+ build, an xformers release listed, and the app failing,
+    with no error line of another family."""
+    text = _text(ctx)
+    if not (_BLACKWELL.search(text) and _TORCH_CU128.search(text) and _XFORMERS.search(text)):
+        return None
+    if any(e.family not in (None, "attention", "wheel-platform", "arch-missing") for e in ctx.errors):
+        return None
+    failing = _lines_matching(ctx, _FAILING)
+    if not failing:
+        return None
+    switch = next((fix for names, fix in _SWITCHES if re.search(names, text)),
+                  "start the app without xformers (its switch: --disable-xformers in Forge and ComfyUI, no --xformers "
+                  "in the A1111 web UI), or pip uninstall xformers with the app's Python")
+    listed = _XFORMERS.search(text).group(0)
+    return _make("attention", "the xformers beside a Blackwell-ready torch has no code for the card",
+                 "torch here is a CUDA 12.8+ build, which carries the card's (sm_120) kernels; the xformers installed "
+                 f"beside it ({listed}) is a build made before the card or for another torch, and the app's attention "
+                 "goes through it",
+                 f"{switch}; later, an xformers release built for this very torch (its release notes pair them; pip "
+                 "install it with --no-deps so torch stays) can be turned back on", [], failing[:1])
