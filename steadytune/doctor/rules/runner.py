@@ -29,6 +29,7 @@ import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
 import steadytune.doctor.rules.arch.therock_native  # noqa: E402,F401
 import steadytune.doctor.rules.arch.ggml_prebuilt  # noqa: E402,F401
+import steadytune.doctor.rules.arch.ollama_rocm_drops  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
@@ -74,6 +75,7 @@ import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
 import steadytune.doctor.rules.access.ptx_toolchain  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.rocr_regressions  # noqa: E402,F401
+import steadytune.doctor.rules.access.apu_copy_faults  # noqa: E402,F401
 import steadytune.doctor.rules.access.open_modules  # noqa: E402,F401
 import steadytune.doctor.rules.access.podman_cdi_dirs  # noqa: E402,F401
 import steadytune.doctor.rules.access.cdi_specs  # noqa: E402,F401

@@ -155,6 +155,20 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
     if not archs:
         return _override_in_a_deployment(ctx, setting, value)
     arch = archs[0]
+    # two AMD cards of different families where the override suits only one (an RDNA2 card that needs 10.3.0 beside an
+    # RDNA4 card that needs none): the plain variable renames every GPU. ROCr reads HSA_OVERRIDE_GFX_VERSION_<node>
+    # for one KFD node since ROCm 6.2 (ROCT-Thunk-Interface PR 104, merged into ROCr; AMD's answer in
+    # ROCm/ROCm#5069); the node is the agent's "Node:" in rocminfo (the CPU is node 0, so GPUs count from 1)
+    fits = [a for a in archs if a.startswith("gfx") and _family_of(a) == _family_of(target)]
+    others = [a for a in archs if a.startswith("gfx") and _family_of(a) != _family_of(target)]
+    if fits and others and len(discrete_archs(ctx.sheet)) > 1:
+        return _make("override-wrong", f"{OVERRIDE}={value} renames every GPU, {others[0]} too",
+                     f"the machine has {', '.join(others + fits)}; the plain {OVERRIDE} applies to all of them, so "
+                     f"the {others[0]} loads {target} code too and stops working, while only the {fits[0]} needs it",
+                     f"set the override for the {fits[0]}'s node only (ROCm 6.2 or newer): unset {OVERRIDE} and set "
+                     f"{OVERRIDE}_<node>={value}, where <node> is the {fits[0]}'s Node number in rocminfo (the CPU is "
+                     f"node 0; e.g. {OVERRIDE}_2={value}); in Python set it in os.environ before torch is imported; "
+                     f"the {others[0]} keeps its own target", [setting, _arch_fact(ctx, fits[0])], symptoms)
     if _family_of(arch) != _family_of(target):
         good, caveat = override_value(arch, tool)
         own = _version_of(arch)
