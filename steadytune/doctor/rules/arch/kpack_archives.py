@@ -40,6 +40,6 @@ def empty_xnack_kernel_packs(ctx: Context) -> Optional[Diagnosis]:
         f"beside torch_{arch}.kpack this release carries near-empty xnack-specific ones ({arch}:xnack+ / xnack-) "
         "that the loader picks first and does not fall through from",
         f"list the archives: pip show -f amd-torch-device-{arch} | grep kpack; delete the near-empty xnack ones "
-        f"(a few KB, xnack in the name) and keep torch_{arch}.kpack; or stay on the previous torch release (its "
+        f"(xnack in the name, next to nothing in them) and keep torch_{arch}.kpack; or stay on the previous torch release (its "
         f"device wheel) until one with the kpack loader's fall-through fix (rocm-systems PR 9874)",
         [f for f in (fact,) if f], said[:1]))
