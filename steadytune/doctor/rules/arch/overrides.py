@@ -65,6 +65,7 @@ def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
     # to remove (likelovewant/ollama-for-amd#36: "remove any HSA_OVERRIDE_GFX_VERSION set in system environment
     # variable (previous tricks)", which fixed it; #103: a 9070 XT detected once the leftover was removed, and the
     # maintainer: the override does not work on Windows)
+    # lazy: imported at the top, windows_rocblas would register its rules ahead of this module's (tie order)
     from steadytune.doctor.rules.arch.windows_rocblas import _SDK_ARCHS
     unseen = _lines_matching(ctx, r"(?i)\bnot (?:be(?:ing)? )?(?:recogni[sz]ed|detected)\b|\b(?:doesn't|does not|won't|"
                                   r"can't|cannot) (?:recogni[sz]e|detect)\b") if arch in _SDK_ARCHS else []

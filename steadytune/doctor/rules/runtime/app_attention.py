@@ -121,6 +121,7 @@ def xformers_under_zluda(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: ZLUDA in the paste, and xformers failing (said with an error) or CUDA's "named symbol not found"
     on a card whose libraries AMD's HIP SDK carries (then no library is missing: the kernel that is not found is a
     CUDA-only extension's, xformers' in these apps)."""
+    # lazy: imported at the top, windows_rocblas would register its rules ahead of this module's (tie order)
     from steadytune.doctor.rules.arch.windows_rocblas import _SDK_ARCHS
     text = _text_of(ctx)
     if not (ctx.tool() == "zluda" or re.search(r"(?i)\bzluda\b", text)):
