@@ -266,6 +266,20 @@ KNOWN_MISSES = {
                                                                        "here and precision in its two training twins "
                                                                        "(HunyuanVideoWrapper#98, PyramidFlowWrapper#43) "
                                                                        "for the same fix, which doctor already gives",
+    # round 19 (r19a): fixes only the thread could know
+    "https://github.com/ggml-org/llama.cpp/issues/4525": "the fix is llama.cpp PR 4528 (HIP defines for CUDA type "
+                                                         "names a commit after b1658 used); the paste shows only the "
+                                                         "cmake line and that builds after b1658 fail",
+    "https://github.com/ollama/ollama/issues/14423": "the fix is the Ollama release (0.30.0) whose Windows ROCm build "
+                                                     "has gfx12 kernels for SOLVE_TRI; the paste names no Ollama "
+                                                     "release",
+    "https://github.com/mozilla-ai/llamafile/issues/185": "the fix is llamafile 0.6, the release that shipped the "
+                                                          "Linux CUDA module; the paste names no llamafile release "
+                                                          "(later releases print the same 'prebuilt binary "
+                                                          "ggml-cuda.so not found' and compile it with nvcc)",
+    "https://github.com/YanWenKun/ComfyUI-Docker/issues/116": "the fix names the image's ROCm (6.4.2) as lacking "
+                                                              "gfx1152; the paste names neither the image tag nor "
+                                                              "its ROCm, only the APU and a stuck KSampler",
 }
 
 

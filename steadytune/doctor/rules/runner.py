@@ -27,8 +27,10 @@ import steadytune.doctor.rules.arch.no_compiler_target  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
+import steadytune.doctor.rules.arch.kpack_archives  # noqa: E402,F401
 import steadytune.doctor.rules.arch.therock_native  # noqa: E402,F401
 import steadytune.doctor.rules.arch.ggml_prebuilt  # noqa: E402,F401
+import steadytune.doctor.rules.arch.ollama_rocm_drops  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
@@ -73,7 +75,9 @@ import steadytune.doctor.rules.access.driver_packages  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
 import steadytune.doctor.rules.access.ptx_toolchain  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_regressions  # noqa: E402,F401
+import steadytune.doctor.rules.access.adrenalin_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.access.rocr_regressions  # noqa: E402,F401
+import steadytune.doctor.rules.access.apu_copy_faults  # noqa: E402,F401
 import steadytune.doctor.rules.access.open_modules  # noqa: E402,F401
 import steadytune.doctor.rules.access.podman_cdi_dirs  # noqa: E402,F401
 import steadytune.doctor.rules.access.cdi_specs  # noqa: E402,F401
@@ -123,6 +127,7 @@ import steadytune.doctor.rules.install.jetson_wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.pacman_sync  # noqa: E402,F401
 import steadytune.doctor.rules.install.conda_virtual_packages  # noqa: E402,F401
 import steadytune.doctor.rules.install.installer_index  # noqa: E402,F401
+import steadytune.doctor.rules.install.strix_wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.deepspeed_probes  # noqa: E402,F401
 # the fine-tuning libraries' own pages (round 17's library_pages.py, one module each since round 18)
 import steadytune.doctor.rules.install.bnb_cpu_torch  # noqa: E402,F401

@@ -65,3 +65,42 @@ def rocm_nightly_regression(ctx: Context) -> Optional[Diagnosis]:
                      f"{release}a{row.last_good} nightly, the last one that works; the driver and the kernel stay as "
                      "they are", [f for f in (fact,) if f], frames[:1] + crashed)
     return None
+
+
+# a torch wheel (or an image that ships one) built on such a nightly: the version carries the ROCm nightly in its local
+# tag (2.13.0a0+rocm7.14.0a20260612). A crash at start with no frame shown (torch.cuda.is_available() or HIP's
+# initialisation dies with SIGSEGV / exit 139, no traceback), on a GPU the regression hits and a nightly dated inside
+# its broken range, is the same regression seen from torch: the torch nightly of the last good date is the way back
+# (kyuz0/amd-strix-halo-vllm-toolboxes#61: torch 2.13.0a0+rocm7.14.0a20260612 segfaulting on gfx1151 at HIP init; the
+# reporter bisected it to ROCr's InitDma and pinned the 20260608 torch nightly).
+_TORCH_NIGHTLY = re.compile(r"(?i)\btorch\W{0,3}(?:==)?\s*(\d+\.\d+\.\d+\w*)\+rocm(\d+\.\d+\.\d+)a(\d{8})\b")
+_AT_START = re.compile(r"(?i)\bis_available\(\)|\bHIP init\w*|\bhipInit\b|\bat start\w*|\bbefore any model loads?\b|"
+                       r"\bimport torch\b|\bon (?:startup|launch)\b")
+
+
+@rule("torch-build")
+def torch_on_a_broken_rocm_nightly(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    wheels = [(m.group(1), m.group(2), m.group(3)) for m in _TORCH_NIGHTLY.finditer(text)]
+    crashed = _lines_matching(ctx, _CRASH)
+    if not wheels or not crashed or not _AT_START.search(text):
+        return None
+    arch, fact = ctx.arch()
+    for row in _REGRESSIONS:
+        if _lines_matching(ctx, row.frame):
+            continue   # the frame is shown: the runtime's own reading above
+        on_gpu = (arch and arch.startswith(row.archs)) or any(a in text for a in row.archs)
+        hit = [w for w in wheels if row.first_broken <= w[2] <= row.fixed_after]
+        if not on_gpu or not hit:
+            continue
+        torch, release, date = hit[0]
+        return _make("torch-build", f"the torch nightly {torch}+rocm{release}a{date} carries a broken ROCm runtime",
+                     f"this torch is built on the ROCm {release} nightly of {date}, inside the range "
+                     f"({row.first_broken} to {row.fixed_after}) whose runtime crashes at start on "
+                     f"{arch or '/'.join(row.archs)}: {row.what} ({row.pull} fixed it); the crash comes before any "
+                     "Python frame, so no traceback is printed",
+                     f"pin the torch nightly of {row.last_good} (torch ...+rocm{release}a{row.last_good}, the last "
+                     f"one before the regression) or take one built after {row.fixed_after}; in an image, rebuild it "
+                     f"on that torch or use a tag from before {row.first_broken}", [f for f in (fact,) if f],
+                     crashed[:1])
+    return None

@@ -58,9 +58,29 @@ def _windows_ollama_leftover(ctx: Context) -> Optional[Diagnosis]:
     refused = empty or ctx.of("arch-missing") or [f for f in ctx.sheet.of("complaint") if f.value == "yes"] or \
         _lines_matching(ctx, r"(?i)(?:last|latest|newer|older) version .{0,40}support|amdgpu is not supported|"
                              r"\bstopped working\b|\b(?:runs?|running|falls? back to|fell back to) (?:on )?(?:the )?CPU\b")
-    if not (empty or (leftover and refused)):
-        return None
     arch, where = ctx.arch(ctx.errors)
+    # a card whose rocBLAS AMD's Windows HIP SDK ships (RDNA2's gfx1030, RDNA3, RDNA4) said not to be detected, no
+    # override in sight: it needs none, and on Windows the override only makes the runner check the card as another
+    # chip; a variable left in the Windows environment from earlier tries is the usual cause, so it is the first thing
+    # to remove (likelovewant/ollama-for-amd#36: "remove any HSA_OVERRIDE_GFX_VERSION set in system environment
+    # variable (previous tricks)", which fixed it; #103: a 9070 XT detected once the leftover was removed, and the
+    # maintainer: the override does not work on Windows)
+    # lazy: imported at the top, windows_rocblas would register its rules ahead of this module's (tie order)
+    from steadytune.doctor.rules.arch.windows_rocblas import _SDK_ARCHS
+    unseen = _lines_matching(ctx, r"(?i)\bnot (?:be(?:ing)? )?(?:recogni[sz]ed|detected)\b|\b(?:doesn't|does not|won't|"
+                                  r"can't|cannot) (?:recogni[sz]e|detect)\b") if arch in _SDK_ARCHS else []
+    if not (empty or (leftover and refused) or unseen):
+        return None
+    if unseen and not (empty or (leftover and refused)):
+        return _make("override-wrong", f"a {OVERRIDE} left in the Windows environment may hide the {arch}",
+                     f"the {arch} is one whose libraries AMD's HIP SDK ships, so Ollama's ROCm runner takes it without "
+                     f"any override; on Windows {OVERRIDE} does not work, and one left from earlier tries makes the "
+                     "runner check the card as another chip and pass it over",
+                     f"look for {OVERRIDE} in the Windows environment (System Properties > Environment Variables, "
+                     f"user and system; PowerShell: [Environment]::GetEnvironmentVariable(\"{OVERRIDE}\", \"Machine\")) "
+                     "and remove it, quit Ollama from the tray and start it again; if none is set, update the AMD "
+                     "driver (Adrenalin) and use the Ollama build whose ROCm libraries list the card",
+                     [where] if where else [], unseen, confirmed=False)
     lines = empty or _lines_matching(ctx, r"(?i)environment variable|HSA_OVERRIDE_GFX_VERSION") or []
     return _make("override-wrong", f"a {OVERRIDE} left in the Windows environment makes Ollama reject the GPU",
                  "on Windows Ollama's ROCm runner uses the rocBLAS libraries it ships for each arch; an override in "
@@ -155,6 +175,20 @@ def override_wrong(ctx: Context) -> Optional[Diagnosis]:
     if not archs:
         return _override_in_a_deployment(ctx, setting, value)
     arch = archs[0]
+    # two AMD cards of different families where the override suits only one (an RDNA2 card that needs 10.3.0 beside an
+    # RDNA4 card that needs none): the plain variable renames every GPU. ROCr reads HSA_OVERRIDE_GFX_VERSION_<node>
+    # for one KFD node since ROCm 6.2 (ROCT-Thunk-Interface PR 104, merged into ROCr; AMD's answer in
+    # ROCm/ROCm#5069); the node is the agent's "Node:" in rocminfo (the CPU is node 0, so GPUs count from 1)
+    fits = [a for a in archs if a.startswith("gfx") and _family_of(a) == _family_of(target)]
+    others = [a for a in archs if a.startswith("gfx") and _family_of(a) != _family_of(target)]
+    if fits and others and len(discrete_archs(ctx.sheet)) > 1:
+        return _make("override-wrong", f"{OVERRIDE}={value} renames every GPU, {others[0]} too",
+                     f"the machine has {', '.join(others + fits)}; the plain {OVERRIDE} applies to all of them, so "
+                     f"the {others[0]} loads {target} code too and stops working, while only the {fits[0]} needs it",
+                     f"set the override for the {fits[0]}'s node only (ROCm 6.2 or newer): unset {OVERRIDE} and set "
+                     f"{OVERRIDE}_<node>={value}, where <node> is the {fits[0]}'s Node number in rocminfo (the CPU is "
+                     f"node 0; e.g. {OVERRIDE}_2={value}); in Python set it in os.environ before torch is imported; "
+                     f"the {others[0]} keeps its own target", [setting, _arch_fact(ctx, fits[0])], symptoms)
     if _family_of(arch) != _family_of(target):
         good, caveat = override_value(arch, tool)
         own = _version_of(arch)

@@ -391,6 +391,12 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
                                          # (Radeon docs' limitations: disable the iGPU in the BIOS)
                                          r"\bhang(?:s|ing)?\b|\bcrash\w*|\bfreez\w+|device_count\(\)\W{0,12}"
                                          r"(?:returns?|is|=|gives)\W{0,3}2\b")
+    if igpu and dgpu and len([f for f in ctx.sheet.of("arch") if f.detail == "machine"]) > 1:
+        # an app's own start-up lines name both targets ("GPU arch: gfx1200", "AMD arch: gfx1036") and then an error:
+        # the app detected the iGPU beside the card, and whatever it set up for the card failed (its installer picked
+        # packages or kernels for both, or the iGPU's)
+        symptoms += [e for e in ctx.errors if re.search(r"(?i)^\W{0,3}(?:\[?error\]?|error:)|\bunavailable\b|"
+                                                        r"\bnot (?:available|supported)\b", e.line)]
     # Ollama names the iGPU unsupported and goes on with the card it supports: the iGPU is out of the way already
     kept = any(re.search(r'msg="amdgpu is supported"|inference compute.*library=rocm', l) for l in ctx.sheet.lines)
     refused_igpu = [e for e in missing if re.search(r"amdgpu is not supported", e.line) and
@@ -414,10 +420,15 @@ def visibility(ctx: Context) -> Optional[Diagnosis]:
         ollama = ("; for the Ollama server set ROCR_VISIBLE_DEVICES=<the card's id or UUID from rocminfo> in its "
                   "environment (sudo systemctl edit ollama.service, Environment=\"ROCR_VISIBLE_DEVICES=...\")"
                   if "ollama" in ctx.sheet.tools and not ctx.sheet.is_windows else "")
+        # llama.cpp and its builds split layers (and the KV cache) over every device they see, the iGPU too: its own
+        # flags keep the model on one device (llama.cpp docs/multi-gpu.md: --split-mode none, chosen by --main-gpu)
+        ggml = ("; or keep llama.cpp on the card alone: -sm none -mg <index of the card> (--split-mode none "
+                "--main-gpu N; llama-server and llama-cli take the same flags)"
+                if set(ctx.sheet.tools) & {"llama.cpp", "llama-cpp-python", "koboldcpp", "lmstudio"} else "")
         return _make("visibility", "the integrated GPU is in the way",
                      f"the machine has {who}; tools take every GPU or device 0, and the iGPU has no usable ROCm code",
                      f"hide the integrated GPU (iGPU): {index}, or disable the iGPU in the BIOS"
-                     f"{' (or in Device Manager)' if ctx.sheet.is_windows else ''}{also}{ollama}",
+                     f"{' (or in Device Manager)' if ctx.sheet.is_windows else ''}{also}{ollama}{ggml}",
                      [f for f in (_arch_fact(ctx, igpu[0]) if igpu else said_igpu,
                                   _arch_fact(ctx, dgpu[0]) if dgpu else None) if f], symptoms)
     # (hipErrorInvalidDevice while HIP starts, from hipGetDeviceCount / hipInit, is no index: the runtime found no

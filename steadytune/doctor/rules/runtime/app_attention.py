@@ -93,3 +93,51 @@ def amd_attention_through_the_app(ctx: Context) -> Optional[Diagnosis]:
     # ROCm update), whose remedy the switch does not need
     diagnosis.rank = min(diagnosis.rank, family("gpu-hang").rank - 1)
     return diagnosis
+
+
+# xformers under ZLUDA: its attention kernels are CUDA machine code for NVIDIA GPUs, which ZLUDA (translating CUDA's
+# PTX for a Radeon) cannot load, so the first attention call fails with CUDA's "named symbol not found"
+# (CUDA_ERROR_NOT_FOUND: the kernel is not in any module ZLUDA loaded) or a missing-kernel error. The way out is the
+# app's own attention switch away from xformers, to PyTorch's SDP attention (or the split / sub-quadratic one).
+# Source: CS1o/Stable-Diffusion-Info#20 (OneTrainer with ZLUDA on an RX 7900 GRE: "CUDA error: named symbol not found";
+# the guide's fix: Training tab > Attention set to Default or SDP instead of xformers); ComfyUI's --disable-xformers
+# and the web UI's --xformers / --opt-sdp-attention are their own command-line flags.
+_XFORMERS_OFF = (
+    (r"(?i)\bOne ?Trainer\b", "OneTrainer",
+     "in OneTrainer's Training tab set Attention to SDP (or Default) instead of xformers"),
+    (r"(?i)\bComfy\s?UI\b|comfy[/\\]", "ComfyUI",
+     "start ComfyUI with --disable-xformers (PyTorch's SDP attention then runs; --use-quad-cross-attention if that "
+     "fails in cuDNN)"),
+    (r"(?i)stable-diffusion-webui|webui-user|\bA1111\b|AUTOMATIC1111|\bweb ?ui\b|\bForge\b|\bSD\.Next\b", "the web UI",
+     "remove --xformers from COMMANDLINE_ARGS in webui-user.bat and use --opt-sdp-attention (or "
+     "--opt-sub-quad-attention)"),
+)
+_NAMED_SYMBOL = re.compile(r"(?i)named symbol not found|CUDA_ERROR_NOT_FOUND")
+_XFORMERS = re.compile(r"(?i)\bxformers\b")
+
+
+@rule("attention")
+def xformers_under_zluda(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: ZLUDA in the paste, and xformers failing (said with an error) or CUDA's "named symbol not found"
+    on a card whose libraries AMD's HIP SDK carries (then no library is missing: the kernel that is not found is a
+    CUDA-only extension's, xformers' in these apps)."""
+    # lazy: imported at the top, windows_rocblas would register its rules ahead of this module's (tie order)
+    from steadytune.doctor.rules.arch.windows_rocblas import _SDK_ARCHS
+    text = _text_of(ctx)
+    if not (ctx.tool() == "zluda" or re.search(r"(?i)\bzluda\b", text)):
+        return None
+    symbol = _lines_matching(ctx, _NAMED_SYMBOL)
+    xformers = [e for e in ctx.errors if _XFORMERS.search(e.line)] or (symbol if _XFORMERS.search(text) else [])
+    arch, _ = ctx.arch(symbol)
+    if not (xformers or (symbol and (arch is None or arch in _SDK_ARCHS))):
+        return None
+    name, fix = next(((n, f) for p, n, f in _XFORMERS_OFF if re.search(p, text)),
+                     ("the program", "turn xformers off in the program's attention setting (or pip uninstall "
+                                     "xformers in its environment) so it uses PyTorch's SDP attention"))
+    return _first(_make(
+        "attention", f"xformers' CUDA kernels do not run under ZLUDA ({name})",
+        "xformers ships attention kernels compiled for NVIDIA GPUs; ZLUDA translates CUDA's PTX for the Radeon but "
+        "cannot load those, so the first attention call fails (\"named symbol not found\" is CUDA's word for a kernel "
+        "not in any loaded module)" + (f"; the HIP SDK's libraries carry {arch} itself" if arch in _SDK_ARCHS else ""),
+        f"{fix}; xformers does not work on AMD GPUs under ZLUDA, PyTorch's SDP attention does",
+        [], (symbol or _lines_matching(ctx, _XFORMERS))[:1]))
