@@ -32,6 +32,7 @@ import steadytune.doctor.rules.arch.ggml_prebuilt  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
+import steadytune.doctor.rules.access.enroot_devices  # noqa: E402,F401
 import steadytune.doctor.rules.arch.source_builds  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.build_asks  # noqa: E402,F401
@@ -204,8 +205,10 @@ import steadytune.doctor.rules.machine.rccl_host_driver  # noqa: E402,F401
 import steadytune.doctor.rules.machine.peer_access  # noqa: E402,F401
 import steadytune.doctor.rules.machine.numa_balancing  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
+import steadytune.doctor.rules.machine.ray_nccl  # noqa: E402,F401
 import steadytune.doctor.rules.machine.windows_nccl  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
+import steadytune.doctor.rules.machine.deepspeed_devices  # noqa: E402,F401
 import steadytune.doctor.rules.machine.schedulers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rendezvous  # noqa: E402,F401
 # the local apps' and servers' own pages (round 17's app_pages.py, one module each since round 18)
@@ -219,6 +222,8 @@ import steadytune.doctor.rules.machine.sglang_prefill  # noqa: E402,F401
 import steadytune.doctor.rules.machine.vllm_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.machine.ollama_gpu_subset  # noqa: E402,F401
 import steadytune.doctor.rules.gpu_choice  # noqa: E402,F401
+# round 19 (r19b): GPU numbering under a visibility list
+import steadytune.doctor.rules.machine.gpu_numbering  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.served_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.reserved_memory  # noqa: E402,F401
