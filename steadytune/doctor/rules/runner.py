@@ -69,6 +69,7 @@ import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_features  # noqa: E402,F401
 import steadytune.doctor.rules.access.app_drivers  # noqa: E402,F401
+import steadytune.doctor.rules.access.toolkit_driver_floor  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_packages  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
