@@ -66,6 +66,7 @@ import steadytune.doctor.rules.access.udocker_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.toolkit_checks  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
+import steadytune.doctor.rules.access.wsl_image_libs  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_features  # noqa: E402,F401
 import steadytune.doctor.rules.access.app_drivers  # noqa: E402,F401
@@ -165,6 +166,9 @@ import steadytune.doctor.rules.install.cuda_stubs  # noqa: E402,F401
 import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
 import steadytune.doctor.rules.install.jax_local_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
+# round 19 (r19b): the linker's cache after a source install, a container's links to the host driver
+import steadytune.doctor.rules.install.linker_cache  # noqa: E402,F401
+import steadytune.doctor.rules.install.container_driver_links  # noqa: E402,F401
 # round 18 (r18a): apt and ROCm's layout, rocminfo's kmod, source builds' headers and paths, DLLs and runtimes
 import steadytune.doctor.rules.install.stale_hip_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.rocm_apt_sources  # noqa: E402,F401
