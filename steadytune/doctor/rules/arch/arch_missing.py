@@ -61,6 +61,49 @@ from steadytune.doctor.rules.arch.own_cuda_builds import rebuild_for
 from steadytune.doctor.rules.arch.gpu_asks import asks_about_gpu
 
 
+def _dropped_by(cc: int) -> Optional[int]:
+    """The first CUDA major whose nvcc no longer compiles compute capability `cc` (cuda_builds._NVCC_OLDEST: CUDA 11
+    dropped 3.0, CUDA 12 dropped 3.5 / 3.7, CUDA 13 dropped everything below 7.5); None for an arch every CUDA has."""
+    return next((major for major, oldest in sorted(_NVCC_OLDEST.items()) if cc < oldest), None)
+
+
+# The CUDA toolkit's package where the build runs, for going back to an older major: Gentoo's dev-util/nvidia-cuda-toolkit
+# (gentoo-overlay#160, the overlay maintainer's answer), conda's cuda-toolkit of the nvidia / conda-forge channels
+# (with its cuda-version pin), Debian's and Ubuntu's nvidia-cuda-toolkit (its version is the release's own)
+_TOOLKIT_PACKAGES = (
+    (r"(?i)\bemerge\b|\b[a-z]+-[a-z]+/[\w+-]+-\d[\w.-]*::\w+|\bgentoo\b|\bsci-libs/|\bdev-util/|\bebuild\b",
+     "on Gentoo: mask the newer toolkit and go back to {old}.x: echo '>=dev-util/nvidia-cuda-toolkit-{new}' | sudo tee -a "
+     "/etc/portage/package.mask/cuda, then emerge --ask --oneshot '<dev-util/nvidia-cuda-toolkit-{new}' and rebuild the "
+     "package"),
+    (r"(?i)\bconda\b|\bmamba\b|\bmicromamba\b",
+     "in the conda environment: conda install cuda -c nvidia/label/cuda-{last}.0 (NVIDIA's conda channel of that "
+     "release), then rebuild with CUDA_HOME=$CONDA_PREFIX"),
+    (r"(?i)\bapt(?:-get)?\b|\bubuntu\b|\bdebian\b",
+     "install a CUDA {last} toolkit beside the current one (NVIDIA's cuda-toolkit-{dash} package from its apt "
+     "repository, or its runfile with --toolkit only; the distribution's nvidia-cuda-toolkit follows the release) and "
+     "build with CUDA_HOME=/usr/local/cuda-{last}"),
+)
+
+
+# the last minor of each CUDA major (NVIDIA's CUDA toolkit archive: 10.2, 11.8, 12.9 before 13.0)
+_LAST_MINOR = {10: "10.2", 11: "11.8", 12: "12.9"}
+
+
+def _dropped_arch_fix(ctx: Context, cc: str, dropped: int, arch: Optional[str]) -> str:
+    """Two ways out of an arch the toolkit dropped, the build's own list first (it keeps the toolkit), then the toolkit
+    one major back, through the platform's package where the paste names one."""
+    text = _text(ctx)
+    old = dropped - 1
+    last = _LAST_MINOR.get(old, f"{old}.x")
+    platform = next((how.format(old=old, new=dropped, last=last, dash=last.replace(".", "-")) for said, how in _TOOLKIT_PACKAGES if re.search(said, text)),
+                    f"install a CUDA {old}.x toolkit and build with it (CUDA_HOME / PATH pointing at its nvcc)")
+    if arch == f"sm_{cc}":   # the GPU is that arch itself: only the older toolkit builds for it
+        return f"build with CUDA {old}.x, the last that compiles compute_{cc} for this GPU: {platform}"
+    return (f"take compute_{cc} out of the build's arch list (TORCH_CUDA_ARCH_LIST for PyTorch / caffe2 builds; the "
+            "project's own arch list, e.g. CMAKE_CUDA_ARCHITECTURES, otherwise) so it builds for the GPU's "
+            f"own arch; or build with CUDA {old}.x, the last that compiles compute_{cc}: {platform}")
+
+
 def _needs_other_code(arch: str) -> bool:
     """An AMD arch the pytorch.org wheels do not carry (so code for it comes from an override or a special build)."""
     return arch.startswith("gfx") and arch not in OFFICIAL_WHEEL_ARCHS
@@ -492,6 +535,15 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         return _make("arch-missing", f"the build asks for compute_{cc}, which CUDA {toolkit} no longer compiles",
                      f"CUDA {toolkit} dropped compute capability {cc[:-1]}.{cc[-1]}; the project's build still lists it",
                      target, [ctx.line_fact(errors[0])], errors)
+    dropped = _dropped_by(int(nvcc.group(1))) if nvcc and not toolkit else None
+    if dropped:
+        # (round 19, r19b) no toolkit version in the paste, and an arch older than CUDA `dropped` compiles: this nvcc
+        # is too new for it, not too old (gentoo-overlay#160: caffe2's build listing compute_35 under CUDA 12)
+        cc = nvcc.group(1)
+        return _make("arch-missing", f"the build asks for compute_{cc}, which CUDA {dropped} and newer no longer compile",
+                     f"CUDA {dropped} dropped compute capability {cc[:-1]}.{cc[-1]}; the nvcc here is {dropped}.x or newer "
+                     "and the build's own arch list still names it",
+                     _dropped_arch_fix(ctx, cc, dropped, arch), [ctx.line_fact(errors[0])], errors)
     if nvcc:
         cc = nvcc.group(1)
         needs = _NVCC_FIRST.get(cc, "a newer CUDA toolkit")
