@@ -43,6 +43,7 @@ import steadytune.doctor.rules.arch.windows_rocblas  # noqa: E402,F401
 import steadytune.doctor.rules.arch.cpu_floor  # noqa: E402,F401
 import steadytune.doctor.rules.arch.framework_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.arch.nvrtc_targets  # noqa: E402,F401
+import steadytune.doctor.rules.arch.hashcat_backends  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tinygrad_backends  # noqa: E402,F401
 import steadytune.doctor.rules.arch.op_floors  # noqa: E402,F401
 import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401
@@ -137,6 +138,7 @@ import steadytune.doctor.rules.install.xformers_torch_pin  # noqa: E402,F401
 import steadytune.doctor.rules.machine.consumer_p2p  # noqa: E402,F401
 import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensorrt_engines  # noqa: E402,F401
+import steadytune.doctor.rules.arch.engine_devices  # noqa: E402,F401
 import steadytune.doctor.rules.install.ctranslate2_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.twin_packages  # noqa: E402,F401
 import steadytune.doctor.rules.install.companion_pins  # noqa: E402,F401
