@@ -104,6 +104,38 @@ def _dropped_arch_fix(ctx: Context, cc: str, dropped: int, arch: Optional[str]) 
             f"own arch; or build with CUDA {old}.x, the last that compiles compute_{cc}: {platform}")
 
 
+# pytorch.org's CUDA 12 wheel indexes (cu121 from torch 2.1, then cu124, cu126, cu128, cu129): a "CUDA 12.2 / 12.3"
+# torch the user names is one of these, the nearest below (pytorch.org's get-started pages and previous-versions list)
+_TORCH_CUDA12_INDEXES = (1, 4, 6, 8, 9)
+
+
+def _pre_cuda11_nvcc(ctx: Context, cc: str, errors: list) -> Diagnosis:
+    """(round 19, r19b) nvcc refusing both -std=c++17 and the GPU's arch: the nvcc on PATH predates CUDA 11.0 (the
+    first nvcc with -std=c++17; CUDA 11.0 release notes), whatever torch is installed, since an extension build
+    compiles with the system's nvcc, not with the CUDA inside torch's wheel (DeepSpeedExamples#911: three torch builds
+    tried, each failing the same way, until a CUDA 12.1 toolkit was installed). The toolkit to install is the one of
+    the torch build the user keeps (the last one named)."""
+    text = _text(ctx)
+    builds = re.findall(r"(?i)\bcu(1[0-3])\.?(\d)\b", text)
+    if builds:
+        major, minor = int(builds[-1][0]), int(builds[-1][1])
+        if major == 12 and minor not in _TORCH_CUDA12_INDEXES:
+            minor = max(m for m in _TORCH_CUDA12_INDEXES if m <= minor) if minor > 1 else 1
+        toolkit = f"{major}.{minor}"
+        which = (f"install the CUDA {toolkit} toolkit (NVIDIA's CUDA toolkit archive), the CUDA of the torch build to "
+                 f"keep (pip install torch --index-url https://download.pytorch.org/whl/cu{major}{minor})")
+    else:
+        which = ("install the CUDA toolkit of the torch build in place (python -c 'import torch; "
+                 "print(torch.version.cuda)'; NVIDIA's CUDA toolkit archive)")
+    return _make("arch-missing", "the nvcc on PATH predates CUDA 11",
+                 f"nvcc knows neither -std=c++17 nor compute_{cc}: the nvcc the build finds is older than CUDA 11.0, and "
+                 "an extension build compiles with it whatever torch is installed (the CUDA inside torch's wheel has no "
+                 "nvcc), so changing the torch build does not help",
+                 f"{which}, then build with it: export CUDA_HOME=/usr/local/cuda-<that version> and "
+                 "PATH=$CUDA_HOME/bin:$PATH (nvcc --version must show it); compute_" + cc + " needs "
+                 f"{_NVCC_FIRST.get(cc, 'a newer CUDA toolkit')} or newer", [ctx.line_fact(errors[0])], errors)
+
+
 def _needs_other_code(arch: str) -> bool:
     """An AMD arch the pytorch.org wheels do not carry (so code for it comes from an override or a special build)."""
     return arch.startswith("gfx") and arch not in OFFICIAL_WHEEL_ARCHS
@@ -544,6 +576,8 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
                      f"CUDA {dropped} dropped compute capability {cc[:-1]}.{cc[-1]}; the nvcc here is {dropped}.x or newer "
                      "and the build's own arch list still names it",
                      _dropped_arch_fix(ctx, cc, dropped, arch), [ctx.line_fact(errors[0])], errors)
+    if nvcc and re.search(r"(?i)Value '?c\+\+17'? is not defined for option '?std", _text(ctx)):
+        return _pre_cuda11_nvcc(ctx, nvcc.group(1), errors)
     if nvcc:
         cc = nvcc.group(1)
         needs = _NVCC_FIRST.get(cc, "a newer CUDA toolkit")
