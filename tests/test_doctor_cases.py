@@ -260,6 +260,11 @@ KNOWN_MISSES = {
                                                                 "build first published ROCm 6.4 wheels, triggered by "
                                                                 "the maintainer in the thread; nothing in the paste "
                                                                 "names it",
+    # round 19 (r19b): the toolkit release the reporter moved to, which nothing in the paste names
+    "https://github.com/horovod/horovod/issues/3378": "the fix is the reporter's move from CUDA 11.2 to 11.4 with NCCL "
+                                                      "reinstalled for it; the paste names neither CUDA release, so "
+                                                      "doctor gives the family's reading (NCCL's dev package for the "
+                                                      "CUDA in use, install/nccl_headers) without the version",
 }
 
 

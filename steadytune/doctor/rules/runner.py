@@ -191,6 +191,7 @@ import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.install.nccl_library  # noqa: E402,F401
+import steadytune.doctor.rules.install.nccl_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.lmstudio_backends  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.install.vulkan_headers  # noqa: E402,F401
