@@ -42,8 +42,8 @@ import steadytune.doctor.rules.arch.ollama_windows  # noqa: E402,F401
 import steadytune.doctor.rules.arch.windows_rocblas  # noqa: E402,F401
 import steadytune.doctor.rules.arch.cpu_floor  # noqa: E402,F401
 import steadytune.doctor.rules.arch.framework_cuda  # noqa: E402,F401
-import steadytune.doctor.rules.arch.nvrtc_targets  # noqa: E402,F401
 import steadytune.doctor.rules.arch.hashcat_backends  # noqa: E402,F401
+import steadytune.doctor.rules.arch.nvrtc_targets  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tinygrad_backends  # noqa: E402,F401
 import steadytune.doctor.rules.arch.op_floors  # noqa: E402,F401
 import steadytune.doctor.rules.arch.capability_extensions  # noqa: E402,F401

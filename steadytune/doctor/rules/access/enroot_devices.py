@@ -20,7 +20,8 @@ _PER_TASK = re.compile(r"(?i)--gpus-per-task\b|--gpu-bind\b|--ntasks-per-gpu\b")
 # a task that finds no GPU: nvidia-smi's "No devices found", CUDA's no-device words
 _NO_DEVICE = re.compile(r"(?i)\bNo devices (?:were )?found\b|no CUDA-capable device is detected|No CUDA GPUs are "
                         r"available|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|device_count\(\)\W{0,4}(?:=+|returns?|is|->)"
-                        r"\s*0\b|\bonly one (?:task|process|rank)\b.{0,40}\bGPU")
+                        r"\s*0\b|\bonly (?:one|the first|a single) (?:task|process|rank)\b.{0,40}\b(?:GPU|device)|"
+                        r"\bthe (?:other|rest)\b.{0,30}\b(?:see|get|find|have|print)s? (?:no|0|zero) (?:GPU|device)s?\b")
 
 
 @rule("visibility")

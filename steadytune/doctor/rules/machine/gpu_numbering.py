@@ -82,7 +82,7 @@ def _not_an_index(ctx: Context, text: str) -> Optional[Diagnosis]:
     return _first(_make(
         "visibility", f"{name} holds no GPU index",
         f"the command sets {name}={value}: {what}, so the process is shown no GPU at all",
-        f"give it the GPU's index: {name}=0 <the command> for the first GPU (the indices {smi} lists), or leave it "
+        f"give it the GPU's index instead of {value or 'an empty value'}: {name}=0 <the command> for the first GPU (the indices {smi} lists), or leave it "
         f"unset to see every GPU; echo ${name} in the same shell shows what it holds",
         [], said[:1] + _lines_matching(ctx, _NOT_INDEX)[:1]))
 
