@@ -88,6 +88,9 @@ NEGATIVES = [
     # a list starting at 0 keeps its numbers: no renumbering to explain
     ("CUDA_VISIBLE_DEVICES=0,1 python train.py and it uses cuda:0, cuda:1 as expected, but OOM on the second",
      "nothing to change"),
+    # the variable set inside the script: whether it came before CUDA started decides, not the numbering
+    ("In main.py I put os.environ['CUDA_VISIBLE_DEVICES'] = '2,3' after the imports, yet it shows cuda:0 is used",
+     "nothing to change"),
     # a real index with no device found is not a shell parameter
     ("CUDA_VISIBLE_DEVICES=3 python demo.py\nno CUDA-capable device is detected", "$0 expands"),
     # Slurm per-task GPUs without a container
