@@ -125,13 +125,14 @@ def _pre_cuda11_nvcc(ctx: Context, cc: str, errors: list) -> Diagnosis:
         which = (f"install the CUDA {toolkit} toolkit (NVIDIA's CUDA toolkit archive), the CUDA of the torch build to "
                  f"keep (pip install torch --index-url https://download.pytorch.org/whl/cu{major}{minor})")
     else:
+        toolkit = "<that version>"
         which = ("install the CUDA toolkit of the torch build in place (python -c 'import torch; "
                  "print(torch.version.cuda)'; NVIDIA's CUDA toolkit archive)")
     return _make("arch-missing", "the nvcc on PATH predates CUDA 11",
                  f"nvcc knows neither -std=c++17 nor compute_{cc}: the nvcc the build finds is older than CUDA 11.0, and "
                  "an extension build compiles with it whatever torch is installed (the CUDA inside torch's wheel has no "
                  "nvcc), so changing the torch build does not help",
-                 f"{which}, then build with it: export CUDA_HOME=/usr/local/cuda-<that version> and "
+                 f"{which}, then build with it: export CUDA_HOME=/usr/local/cuda-{toolkit} and "
                  "PATH=$CUDA_HOME/bin:$PATH (nvcc --version must show it); compute_" + cc + " needs "
                  f"{_NVCC_FIRST.get(cc, 'a newer CUDA toolkit')} or newer", [ctx.line_fact(errors[0])], errors)
 
