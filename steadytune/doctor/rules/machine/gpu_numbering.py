@@ -34,6 +34,8 @@ def _renumbered(ctx: Context, text: str) -> Optional[Diagnosis]:
     chosen = _CHOSEN.search(text)
     if not chosen or any(e.family not in (None, "visibility") for e in ctx.errors):
         return None
+    if re.search(r"(?i)\bollama\b", text):
+        return None   # Ollama's server picks its GPUs in its own way (UUIDs, its Vulkan backend): gpu_choice's readings
     if re.search(r"(?i)os\.environ|os\.putenv|setenv\(|%env\b|%set_env\b", text):
         return None   # set from inside the program: whether it came before CUDA started is machine/late_visibility's
     ids = re.sub(r"\s+", "", chosen.group(2))
