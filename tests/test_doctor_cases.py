@@ -280,6 +280,11 @@ KNOWN_MISSES = {
     "https://github.com/YanWenKun/ComfyUI-Docker/issues/116": "the fix names the image's ROCm (6.4.2) as lacking "
                                                               "gfx1152; the paste names neither the image tag nor "
                                                               "its ROCm, only the APU and a stuck KSampler",
+    # round 19 (r19b): the toolkit release the reporter moved to, which nothing in the paste names
+    "https://github.com/horovod/horovod/issues/3378": "the fix is the reporter's move from CUDA 11.2 to 11.4 with NCCL "
+                                                      "reinstalled for it; the paste names neither CUDA release, so "
+                                                      "doctor gives the family's reading (NCCL's dev package for the "
+                                                      "CUDA in use, install/nccl_headers) without the version",
 }
 
 

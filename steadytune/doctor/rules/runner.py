@@ -34,6 +34,7 @@ import steadytune.doctor.rules.arch.ollama_rocm_drops  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
+import steadytune.doctor.rules.access.enroot_devices  # noqa: E402,F401
 import steadytune.doctor.rules.arch.source_builds  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_regressions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.build_asks  # noqa: E402,F401
@@ -43,6 +44,7 @@ import steadytune.doctor.rules.arch.ollama_windows  # noqa: E402,F401
 import steadytune.doctor.rules.arch.windows_rocblas  # noqa: E402,F401
 import steadytune.doctor.rules.arch.cpu_floor  # noqa: E402,F401
 import steadytune.doctor.rules.arch.framework_cuda  # noqa: E402,F401
+import steadytune.doctor.rules.arch.hashcat_backends  # noqa: E402,F401
 import steadytune.doctor.rules.arch.nvrtc_targets  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tinygrad_backends  # noqa: E402,F401
 import steadytune.doctor.rules.arch.op_floors  # noqa: E402,F401
@@ -67,9 +69,11 @@ import steadytune.doctor.rules.access.udocker_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.toolkit_checks  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
+import steadytune.doctor.rules.access.wsl_image_libs  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_features  # noqa: E402,F401
 import steadytune.doctor.rules.access.app_drivers  # noqa: E402,F401
+import steadytune.doctor.rules.access.toolkit_driver_floor  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_packages  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_mismatches  # noqa: E402,F401
@@ -139,6 +143,7 @@ import steadytune.doctor.rules.install.xformers_torch_pin  # noqa: E402,F401
 import steadytune.doctor.rules.machine.consumer_p2p  # noqa: E402,F401
 import steadytune.doctor.rules.install.engine_releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.tensorrt_engines  # noqa: E402,F401
+import steadytune.doctor.rules.arch.engine_devices  # noqa: E402,F401
 import steadytune.doctor.rules.install.ctranslate2_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.twin_packages  # noqa: E402,F401
 import steadytune.doctor.rules.install.companion_pins  # noqa: E402,F401
@@ -168,6 +173,9 @@ import steadytune.doctor.rules.install.cuda_stubs  # noqa: E402,F401
 import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
 import steadytune.doctor.rules.install.jax_local_cuda  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
+# round 19 (r19b): the linker's cache after a source install, a container's links to the host driver
+import steadytune.doctor.rules.install.linker_cache  # noqa: E402,F401
+import steadytune.doctor.rules.install.container_driver_links  # noqa: E402,F401
 # round 18 (r18a): apt and ROCm's layout, rocminfo's kmod, source builds' headers and paths, DLLs and runtimes
 import steadytune.doctor.rules.install.stale_hip_path  # noqa: E402,F401
 import steadytune.doctor.rules.install.rocm_apt_sources  # noqa: E402,F401
@@ -188,6 +196,7 @@ import steadytune.doctor.rules.install.gpu_names  # noqa: E402,F401
 import steadytune.doctor.rules.install.bundled_libraries  # noqa: E402,F401
 import steadytune.doctor.rules.install.program_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.install.nccl_library  # noqa: E402,F401
+import steadytune.doctor.rules.install.nccl_headers  # noqa: E402,F401
 import steadytune.doctor.rules.install.lmstudio_backends  # noqa: E402,F401
 import steadytune.doctor.rules.install.programs  # noqa: E402,F401
 import steadytune.doctor.rules.install.vulkan_headers  # noqa: E402,F401
@@ -213,8 +222,10 @@ import steadytune.doctor.rules.machine.rccl_host_driver  # noqa: E402,F401
 import steadytune.doctor.rules.machine.peer_access  # noqa: E402,F401
 import steadytune.doctor.rules.machine.numa_balancing  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
+import steadytune.doctor.rules.machine.ray_nccl  # noqa: E402,F401
 import steadytune.doctor.rules.machine.windows_nccl  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
+import steadytune.doctor.rules.machine.deepspeed_devices  # noqa: E402,F401
 import steadytune.doctor.rules.machine.schedulers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.rendezvous  # noqa: E402,F401
 # the local apps' and servers' own pages (round 17's app_pages.py, one module each since round 18)
@@ -228,6 +239,8 @@ import steadytune.doctor.rules.machine.sglang_prefill  # noqa: E402,F401
 import steadytune.doctor.rules.machine.vllm_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.machine.ollama_gpu_subset  # noqa: E402,F401
 import steadytune.doctor.rules.gpu_choice  # noqa: E402,F401
+# round 19 (r19b): GPU numbering under a visibility list
+import steadytune.doctor.rules.machine.gpu_numbering  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.out_of_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.served_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.reserved_memory  # noqa: E402,F401

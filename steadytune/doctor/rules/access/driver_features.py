@@ -64,6 +64,24 @@ def call_the_driver_lacks(ctx: Context) -> Optional[Diagnosis]:
         allocator = ("turn torch's asynchronous allocator (cudaMallocAsync) off: remove backend:cudaMallocAsync from "
                      "PYTORCH_CUDA_ALLOC_CONF (unset it, or PYTORCH_CUDA_ALLOC_CONF=backend:native); an image app "
                      "sets it by itself: ComfyUI --disable-cuda-malloc, Fooocus --disable-async-cuda-allocation")
+    runs = re.search(r"CUDA (?:UMD )?Version:?\s*(\d+)\.(\d+)", text)
+    if runs and (int(runs.group(1)), int(runs.group(2))) < (11, 2):
+        # (round 19, r19b) the driver runs CUDA 11.0 / 11.1 at most: the stream-ordered allocator (cudaMallocAsync,
+        # memory pools) came with CUDA 11.2 (NVIDIA's CUDA 11.2 release notes and its blog "Using the NVIDIA CUDA
+        # Stream-Ordered Memory Allocator"), so no allocator switch of torch's helps a program that calls it itself
+        # (lmdeploy's TurboMind allocator, InternLM/lmdeploy#340): the driver is what must change. The branch of
+        # CUDA 11.2 is 460 (arch/cuda_builds._CUDA_MIN_DRIVER)
+        said_runs = f"{runs.group(1)}.{runs.group(2)}"
+        floor = _CUDA_MIN_DRIVER.get((11, 2))
+        return _first(_make(
+            "driver", f"the driver runs CUDA {said_runs}, older than the stream-ordered allocator",
+            f"the installed NVIDIA driver runs CUDA {said_runs} at most (nvidia-smi's CUDA Version); the program calls "
+            "the stream-ordered allocator (cudaMallocAsync / memory pools), which came with CUDA 11.2, so the driver "
+            "answers that the call is not supported",
+            f"update the NVIDIA driver to one for CUDA 11.2 or newer ({floor} branch or newer; the newest driver for the "
+            "card is safest, as it also runs the CUDA the program was built with) and check "
+            "nvidia-smi's CUDA Version afterwards; a program that calls cudaMallocAsync itself has no switch to avoid "
+            f"it{'; ' + allocator if app else ''}", [ctx.line_fact(said[0])], said))
     # (it leads: the runtime's own code names the cause, where the driver family's general reading guesses)
     return _first(_make("driver", "a CUDA call the installed driver does not provide",
                  "the CUDA runtime asked the driver for a call it does not have (cudaErrorCallRequiresNewerDriver): "

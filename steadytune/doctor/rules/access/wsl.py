@@ -135,7 +135,7 @@ def _wsl_one(ctx: Context, joined: str, fact: Optional[Fact]) -> Optional[Diagno
     return _first(_make("wsl", "the distribution runs under WSL 1, which has no GPU",
                         "only WSL 2 passes the GPU to Linux (through /dev/dxg and /usr/lib/wsl/lib); a distribution "
                         "under WSL 1 sees no GPU whatever is installed in it",
-                        f"convert it to WSL 2 from Windows: wsl --set-version {distro} 2 (and wsl --set-default-version "
+                        f"convert it to WSL2 (WSL 2) from Windows: wsl --set-version {distro} 2 (and wsl --set-default-version "
                         "2 for new ones; needs the Virtual Machine Platform feature), then wsl -l -v must show VERSION "
                         "2", [fact] if fact else [], symptoms))
 

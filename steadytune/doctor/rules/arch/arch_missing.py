@@ -61,6 +61,82 @@ from steadytune.doctor.rules.arch.own_cuda_builds import rebuild_for
 from steadytune.doctor.rules.arch.gpu_asks import asks_about_gpu
 
 
+def _dropped_by(cc: int) -> Optional[int]:
+    """The first CUDA major whose nvcc no longer compiles compute capability `cc` (cuda_builds._NVCC_OLDEST: CUDA 11
+    dropped 3.0, CUDA 12 dropped 3.5 / 3.7, CUDA 13 dropped everything below 7.5); None for an arch every CUDA has."""
+    return next((major for major, oldest in sorted(_NVCC_OLDEST.items()) if cc < oldest), None)
+
+
+# The CUDA toolkit's package where the build runs, for going back to an older major: Gentoo's dev-util/nvidia-cuda-toolkit
+# (gentoo-overlay#160, the overlay maintainer's answer), conda's cuda-toolkit of the nvidia / conda-forge channels
+# (with its cuda-version pin), Debian's and Ubuntu's nvidia-cuda-toolkit (its version is the release's own)
+_TOOLKIT_PACKAGES = (
+    (r"(?i)\bemerge\b|\b[a-z]+-[a-z]+/[\w+-]+-\d[\w.-]*::\w+|\bgentoo\b|\bsci-libs/|\bdev-util/|\bebuild\b",
+     "on Gentoo: mask the newer toolkit and go back to {old}.x: echo '>=dev-util/nvidia-cuda-toolkit-{new}' | sudo tee -a "
+     "/etc/portage/package.mask/cuda, then emerge --ask --oneshot '<dev-util/nvidia-cuda-toolkit-{new}' and rebuild the "
+     "package"),
+    (r"(?i)\bconda\b|\bmamba\b|\bmicromamba\b",
+     "in the conda environment: conda install cuda -c nvidia/label/cuda-{last}.0 (NVIDIA's conda channel of that "
+     "release), then rebuild with CUDA_HOME=$CONDA_PREFIX"),
+    (r"(?i)\bapt(?:-get)?\b|\bubuntu\b|\bdebian\b",
+     "install a CUDA {last} toolkit beside the current one (NVIDIA's cuda-toolkit-{dash} package from its apt "
+     "repository, or its runfile with --toolkit only; the distribution's nvidia-cuda-toolkit follows the release) and "
+     "build with CUDA_HOME=/usr/local/cuda-{last}"),
+)
+
+
+# the last minor of each CUDA major (NVIDIA's CUDA toolkit archive: 10.2, 11.8, 12.9 before 13.0)
+_LAST_MINOR = {10: "10.2", 11: "11.8", 12: "12.9"}
+
+
+def _dropped_arch_fix(ctx: Context, cc: str, dropped: int, arch: Optional[str]) -> str:
+    """Two ways out of an arch the toolkit dropped, the build's own list first (it keeps the toolkit), then the toolkit
+    one major back, through the platform's package where the paste names one."""
+    text = _text(ctx)
+    old = dropped - 1
+    last = _LAST_MINOR.get(old, f"{old}.x")
+    platform = next((how.format(old=old, new=dropped, last=last, dash=last.replace(".", "-")) for said, how in _TOOLKIT_PACKAGES if re.search(said, text)),
+                    f"install a CUDA {old}.x toolkit and build with it (CUDA_HOME / PATH pointing at its nvcc)")
+    if arch == f"sm_{cc}":   # the GPU is that arch itself: only the older toolkit builds for it
+        return f"build with CUDA {old}.x, the last that compiles compute_{cc} for this GPU: {platform}"
+    return (f"take compute_{cc} out of the build's arch list (TORCH_CUDA_ARCH_LIST for PyTorch / caffe2 builds; the "
+            "project's own arch list, e.g. CMAKE_CUDA_ARCHITECTURES, otherwise) so it builds for the GPU's "
+            f"own arch; or build with CUDA {old}.x, the last that compiles compute_{cc}: {platform}")
+
+
+# pytorch.org's CUDA 12 wheel indexes (cu121 from torch 2.1, then cu124, cu126, cu128, cu129): a "CUDA 12.2 / 12.3"
+# torch the user names is one of these, the nearest below (pytorch.org's get-started pages and previous-versions list)
+_TORCH_CUDA12_INDEXES = (1, 4, 6, 8, 9)
+
+
+def _pre_cuda11_nvcc(ctx: Context, cc: str, errors: list) -> Diagnosis:
+    """(round 19, r19b) nvcc refusing both -std=c++17 and the GPU's arch: the nvcc on PATH predates CUDA 11.0 (the
+    first nvcc with -std=c++17; CUDA 11.0 release notes), whatever torch is installed, since an extension build
+    compiles with the system's nvcc, not with the CUDA inside torch's wheel (DeepSpeedExamples#911: three torch builds
+    tried, each failing the same way, until a CUDA 12.1 toolkit was installed). The toolkit to install is the one of
+    the torch build the user keeps (the last one named)."""
+    text = _text(ctx)
+    builds = re.findall(r"(?i)\bcu(1[0-3])\.?(\d)\b", text)
+    if builds:
+        major, minor = int(builds[-1][0]), int(builds[-1][1])
+        if major == 12 and minor not in _TORCH_CUDA12_INDEXES:
+            minor = max(m for m in _TORCH_CUDA12_INDEXES if m <= minor) if minor > 1 else 1
+        toolkit = f"{major}.{minor}"
+        which = (f"install the CUDA {toolkit} toolkit (NVIDIA's CUDA toolkit archive), the CUDA of the torch build to "
+                 f"keep (pip install torch --index-url https://download.pytorch.org/whl/cu{major}{minor})")
+    else:
+        toolkit = "<that version>"
+        which = ("install the CUDA toolkit of the torch build in place (python -c 'import torch; "
+                 "print(torch.version.cuda)'; NVIDIA's CUDA toolkit archive)")
+    return _make("arch-missing", "the nvcc on PATH predates CUDA 11",
+                 f"nvcc knows neither -std=c++17 nor compute_{cc}: the nvcc the build finds is older than CUDA 11.0, and "
+                 "an extension build compiles with it whatever torch is installed (the CUDA inside torch's wheel has no "
+                 "nvcc), so changing the torch build does not help",
+                 f"{which}, then build with it: export CUDA_HOME=/usr/local/cuda-{toolkit} and "
+                 "PATH=$CUDA_HOME/bin:$PATH (nvcc --version must show it); compute_" + cc + " needs "
+                 f"{_NVCC_FIRST.get(cc, 'a newer CUDA toolkit')} or newer", [ctx.line_fact(errors[0])], errors)
+
+
 def _needs_other_code(arch: str) -> bool:
     """An AMD arch the pytorch.org wheels do not carry (so code for it comes from an override or a special build)."""
     return arch.startswith("gfx") and arch not in OFFICIAL_WHEEL_ARCHS
@@ -492,6 +568,17 @@ def _arch_missing(ctx: Context) -> Optional[Diagnosis]:
         return _make("arch-missing", f"the build asks for compute_{cc}, which CUDA {toolkit} no longer compiles",
                      f"CUDA {toolkit} dropped compute capability {cc[:-1]}.{cc[-1]}; the project's build still lists it",
                      target, [ctx.line_fact(errors[0])], errors)
+    dropped = _dropped_by(int(nvcc.group(1))) if nvcc and not toolkit else None
+    if dropped:
+        # (round 19, r19b) no toolkit version in the paste, and an arch older than CUDA `dropped` compiles: this nvcc
+        # is too new for it, not too old (gentoo-overlay#160: caffe2's build listing compute_35 under CUDA 12)
+        cc = nvcc.group(1)
+        return _make("arch-missing", f"the build asks for compute_{cc}, which CUDA {dropped} and newer no longer compile",
+                     f"CUDA {dropped} dropped compute capability {cc[:-1]}.{cc[-1]}; the nvcc here is {dropped}.x or newer "
+                     "and the build's own arch list still names it",
+                     _dropped_arch_fix(ctx, cc, dropped, arch), [ctx.line_fact(errors[0])], errors)
+    if nvcc and re.search(r"(?i)Value '?c\+\+17'? is not defined for option '?std", _text(ctx)):
+        return _pre_cuda11_nvcc(ctx, nvcc.group(1), errors)
     if nvcc:
         cc = nvcc.group(1)
         needs = _NVCC_FIRST.get(cc, "a newer CUDA toolkit")
