@@ -260,6 +260,19 @@ KNOWN_MISSES = {
                                                                 "build first published ROCm 6.4 wheels, triggered by "
                                                                 "the maintainer in the thread; nothing in the paste "
                                                                 "names it",
+    # round 19 (r19c): fixes only the thread could know
+    "https://github.com/oobabooga/textgen/issues/2820": "the paste has no error, only exllama not loading on an RTX "
+                                                       "3060 with driver 536.23 (CUDA 12.2); that the webui's torch "
+                                                       "had to be the cu118 build matching exllama's kernels came "
+                                                       "from the reporter's own later findings",
+    "https://github.com/hiyouga/ChatGLM-Efficient-Tuning/issues/200": "the accepted fix is the torch nightly of that "
+                                                                      "week for cu117; the paste names neither a torch "
+                                                                      "release nor a CUDA (doctor reads it as torch "
+                                                                      "2.0's SDPA dispatch: upgrade torch, or "
+                                                                      "enable_flash_sdp(False))",
+    "https://github.com/h2oai/h2ogpt/issues/890": "the fix pins torch==2.0.0+cu117 (h2oGPT's own Windows step then); "
+                                                  "the paste shows only the cu117 extra index, and that index carried "
+                                                  "several torch releases (1.13.x, 2.0.0, 2.0.1)",
 }
 
 

@@ -16,6 +16,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.fixes import cuda_wheel_for
+from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
 
 
@@ -45,7 +46,7 @@ def pre_turing_gpu_left_on_the_cpu(ctx: Context) -> Optional[Diagnosis]:
     new = _lines_matching(ctx, _NEW)
     if not unused or not new:
         return None
-    return _make("arch-missing", f"the new build's CUDA no longer carries {arch}",
+    diagnosis = _make("arch-missing", f"the new build's CUDA no longer carries {arch}",
                  f"the GPU ({arch}) is detected, but the torch (and bundled kernels) the update installed are a CUDA "
                  "build without its code: CUDA 13 builds start at sm_75, and cu128 left Maxwell / Pascal out from torch "
                  "2.8 and Volta from 2.11, so the work silently runs on the CPU",
@@ -53,3 +54,7 @@ def pre_turing_gpu_left_on_the_cpu(ctx: Context) -> Optional[Diagnosis]:
                  "with its own installer, pick its CUDA 12.6 / cu126 option (or pin its torch to cu126) so it does not "
                  "choose from the driver's newest CUDA; then check torch.cuda.is_available() and "
                  "torch.cuda.get_arch_list()", [fact], unused[:1] + new[:1], confirmed=False)
+    # ahead of the CPU-only-torch reading of the same words: after an update on a pre-Turing GPU, a CUDA torch without
+    # the GPU's code is what leaves it on the CPU, and a plain reinstall from the newest index repeats it
+    diagnosis.rank = family("torch-build").rank - 1
+    return diagnosis

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
 
 
 _ASSERTION = re.compile(r"(?i)mma\s*->\s*mma layout conversion is only supported on Ampere")
@@ -34,8 +34,9 @@ def prefix_prefill_before_ampere(ctx: Context) -> Optional[Diagnosis]:
            "LLM(..., enable_prefix_caching=False, enable_chunked_prefill=False)" if trainer else
            "start vLLM without the features that run this kernel: LLM(..., enable_prefix_caching=False, "
            "enable_chunked_prefill=False) (the server: --enable-chunked-prefill=False and prefix caching off)")
-    return _make("attention", "vLLM's prefix-prefill Triton kernel needs an Ampere GPU",
+    # the assertion names its own cause (Ampere only): it leads a precision or dtype reading of the same command line
+    return _first(_make("attention", "vLLM's prefix-prefill Triton kernel needs an Ampere GPU",
                  f"the Triton kernel vLLM uses for prefix caching / chunked prefill converts between mma layouts, which "
                  f"Triton supports only on Ampere (sm_80) and newer; on {gpu} it aborts with this assertion",
                  fix + "; or run on an Ampere or newer GPU", [f for f in (fact, ctx.line_fact(lines[0])) if f],
-                 lines[:1])
+                 lines[:1]))

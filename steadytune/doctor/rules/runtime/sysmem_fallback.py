@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
 
 
@@ -45,7 +46,7 @@ def windows_sysmem_fallback(ctx: Context) -> Optional[Diagnosis]:
     short = _lines_matching(ctx, _NOT_ENOUGH)
     if not slow or not (shared or short):
         return None
-    return _make("out-of-memory", "the GPU's memory spills into Windows' shared GPU memory",
+    diagnosis = _make("out-of-memory", "the GPU's memory spills into Windows' shared GPU memory",
                  "the run needs more memory than the card has; on Windows the NVIDIA driver (536.40 and newer) does "
                  "not fail with out of memory but moves the overflow into shared GPU memory (system RAM over PCIe), "
                  "so the run crawls or looks stuck at full GPU load instead of stopping",
@@ -55,3 +56,7 @@ def windows_sysmem_fallback(ctx: Context) -> Optional[Diagnosis]:
                  "then stops with out of memory instead of crawling, and you shrink what fills the memory (a smaller "
                  "batch size, shorter audio / text slices, a smaller model or resolution) until it fits",
                  [], (shared or short)[:1] + slow[:1], confirmed=False)
+    # ahead of the general "ran out of memory" reading of the same words: the crawl says the memory did not run out,
+    # it spilled (that reading's smaller batch is the second step of this fix)
+    diagnosis.rank = family("out-of-memory").rank - 1
+    return diagnosis
