@@ -267,9 +267,8 @@ KNOWN_MISSES = {
                                                        "from the reporter's own later findings",
     "https://github.com/hiyouga/ChatGLM-Efficient-Tuning/issues/200": "the accepted fix is the torch nightly of that "
                                                                       "week for cu117; the paste names neither a torch "
-                                                                      "release nor a CUDA (doctor reads it as torch "
-                                                                      "2.0's SDPA dispatch: upgrade torch, or "
-                                                                      "enable_flash_sdp(False))",
+                                                                      "release, nor a CUDA, nor SDPA, and its bare "
+                                                                      "is_sm80 check is also flash-attn 1.x's wording",
     "https://github.com/h2oai/h2ogpt/issues/890": "the fix pins torch==2.0.0+cu117 (h2oGPT's own Windows step then); "
                                                   "the paste shows only the cu117 extra index, and that index carried "
                                                   "several torch releases (1.13.x, 2.0.0, 2.0.1)",

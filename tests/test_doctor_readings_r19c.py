@@ -129,6 +129,8 @@ NEGATIVES = [
     # flash-attn 1.x named: its own reading, not torch's SDPA
     ("flash_attn 1.0.9, RTX 3090\n  File \"flash_attn/flash_attn_interface.py\", line 42, in _flash_attn_backward\n"
      "RuntimeError: Expected is_sm80 to be true, but got false.", "enable_flash_sdp(False)"),
+    # the bare check line alone, nothing naming torch's SDPA: flash-attn 1.x prints the same words
+    ("A10 24GB, finetuning\nRuntimeError: Expected is_sm80 to be true, but got false.", "enable_flash_sdp(False)"),
 ]
 
 test_reads, test_pastings, test_negatives = reading_tests(READINGS, NEGATIVES)

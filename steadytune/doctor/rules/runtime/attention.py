@@ -44,6 +44,10 @@ _HEAD_DIM_BACKWARD = re.compile(r"(?i)Expected is_sm80(?: \|\| is_sm90)? to be t
 
 
 _FLASH_ATTN_SAID = re.compile(r"(?i)flash[_-]?attn|flash_attn_cuda|flash-attention|FlashAttention")
+# torch's own SDPA in the paste: torch 2.0 named, or scaled_dot_product_attention / sdpa (the bare check line alone is
+# also what flash-attn 1.x prints: its TORCH_CHECK has the same wording)
+_TORCH_SDPA_SAID = re.compile(r"(?i)\b(?:py)?torch\W{0,3}(?:==|version:?\s*)?v?2\.0(?:\.\d+)?\b|\b2\.0\.\d\+cu1\d\d\b|"
+                              r"scaled_dot_product|\bsdpa\b")
 
 
 def _head_dim_backward(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
@@ -57,7 +61,8 @@ def _head_dim_backward(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagno
     gpu = next((g.value for g in ctx.sheet.of("gpu") if not re.search(r"(?i)\b[AH]100\b", g.value)), None)
     on = f" on the {gpu}" if gpu else ""
     text = "\n".join(ctx.sheet.lines)
-    if not _FLASH_ATTN_SAID.search(text):
+    if not _FLASH_ATTN_SAID.search(text) and _TORCH_SDPA_SAID.search(text) and \
+            any("is_sm80" in e.line for e in said):
         tag = re.search(r"\+(cu1\d{2})\b", text)
         label = tag.group(1) if tag else "cuXXX"
         # no flash-attn package anywhere in the paste: torch 2.0's own SDPA flash backend made the same check and
