@@ -109,6 +109,10 @@ NEGATIVES = [
      "quantize()"),
     # a Turing GPU left on the CPU is not the pre-Turing build reading
     ("After the latest update my RTX 2080 is ignored and everything runs on the CPU", "legacy build that still carries"),
+    # a pre-Turing GPU on the CPU after a reinstall, with a CPU torch shown: the CPU-torch reading's
+    ("GTX 1070, reinstalled everything, still runs on the CPU. torch 2.5.1+cpu", "CUDA 12.6 build in the program"),
+    # a Blackwell GPU running Paddle with no complaint about the GPU
+    ("RTX 5090, PaddleOCR 3.0 with paddlepaddle-gpu, how do I set the batch size for recognition?", "cu129"),
     # a pre-Turing GPU on the CPU with nothing new installed
     ("My GTX 1060 is not used, the model runs on the CPU", "CUDA 12.6 build"),
     # the newer TF wording (same major) stays libraries.py's reading

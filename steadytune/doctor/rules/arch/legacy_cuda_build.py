@@ -33,11 +33,16 @@ _ERRORS_OF_THEIR_OWN = re.compile(r"(?i)no kernel image|not compatible with the 
                                   r"sm_\d+ is not compatible")
 
 
+_CPU_TORCH = re.compile(r"(?i)\+cpu\b|Torch not compiled with CUDA enabled|torch\.version\.cuda\W{0,10}None")
+
+
 @rule("arch-missing")
 def pre_turing_gpu_left_on_the_cpu(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if _ERRORS_OF_THEIR_OWN.search(text):
         return None   # torch's own arch messages: the arch readings that quote them
+    if _CPU_TORCH.search(text):
+        return None   # a CPU-only torch shown: the torch-build reading's, not a CUDA build without the arch
     arch, fact = ctx.arch()
     cc = int(arch[3:]) if arch and re.fullmatch(r"sm_\d+", arch) else None
     if cc is None or not 50 <= cc < 75:

@@ -80,13 +80,19 @@ _BLACKWELL_INDEX = next((lab, rel) for floor, lab, rel in _ARCH_INDEX if floor >
 _FROM_CU129 = re.compile(r"(?i)packages/(?:stable|nightly)/cu1(?:29|3\d)\b")
 
 
+# the GPU refused or unused, in words or an error (not another problem on a Blackwell machine that runs Paddle)
+_GPU_REFUSED = re.compile(r"(?i)不支持|不在支持|not (?:be )?supported|unsupported|not in (?:the )?support|(?:falls?|fell) back to "
+                          r"(?:the )?CPU|runs? on (?:the )?CPU|no kernel image|NoKernelImage|not (?:detect|find|use|using)\w*\b.{0,20}"
+                          r"GPU|\bGPU\b.{0,30}\bnot (?:detected|found|used|available)|error")
+
+
 @rule("arch-missing")
 def paddle_on_a_blackwell_gpu(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not _PADDLE_SAID.search(text) or _MISMATCH.search(text) or _FROM_CU129.search(text):
         return None
     blackwell = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"sm_1[0-2]\d", a)]
-    if not blackwell:
+    if not blackwell or not _GPU_REFUSED.search(text):
         return None
     pin = _PADDLE_PIN.search(text)
     label, release = _BLACKWELL_INDEX
