@@ -271,7 +271,8 @@ KNOWN_MISSES = {
                                                                       "is_sm80 check is also flash-attn 1.x's wording",
     "https://github.com/h2oai/h2ogpt/issues/890": "the fix pins torch==2.0.0+cu117 (h2oGPT's own Windows step then); "
                                                   "the paste shows only the cu117 extra index, and that index carried "
-                                                  "several torch releases (1.13.x, 2.0.0, 2.0.1)",
+                                                  "several torch releases (doctor names the class: torch==<release>"
+                                                  "+cu117 from that index alone)",
 }
 
 

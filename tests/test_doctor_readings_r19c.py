@@ -4,7 +4,8 @@ prefix-prefill Triton kernel before Ampere, a capability floor the library's mes
 ChatGLM's quantize() kernels, a pre-Turing GPU left on the CPU by a CUDA 13 / cu128 build, TensorFlow 1.x built for
 another cuDNN, CuPy installed twice, ColossalAI without its CUDA extension, a system cuDNN loaded before pip's,
 PaddlePaddle on a Blackwell GPU, ctranslate2's short "Library libcublas.so.12 is not found" (with cuDNN next), and
-torch 2.0's SDPA is_sm80 check with no flash-attn in the paste. Each paste is written for its reading (another GPU,
+torch 2.0's SDPA is_sm80 check with no flash-attn in the paste, and a
+requirements install whose --extra-index-url CUDA index lost to PyPI's torch. Each paste is written for its reading (another GPU,
 tool, version or wording than the mined case that asked for it); the negatives keep each reading out of pastes it does
 not fit."""
 
@@ -79,6 +80,10 @@ READINGS = [
     # a WhisperX service on CUDA 11.7, the short message
     ("whisperx service, CUDA 11.7, driver 535.104\nRuntimeError: Library libcublas.so.12 is not found",
      "rocm-libs-missing", ["nvidia-cudnn-cu12", "LD_LIBRARY_PATH", "ctranslate2==3.24.0"]),
+    # a web UI's requirements with the cu121 extra index on Windows, the GPU never used
+    ("Windows 11, RTX 3070\npip install -r requirements.txt --extra-index-url https://download.pytorch.org/whl/cu121\n"
+     "AssertionError: Torch not compiled with CUDA enabled", "torch-build", ["--index-url https://download.pytorch.org/"
+                                                                           "whl/cu121", "+cu121"]),
     # torch 2.0.1 SDPA on an RTX 4090, no flash-attn package
     ("torch 2.0.1+cu118, training a ViT with head dim 96 on an RTX 4090, loss.backward() fails:\nRuntimeError: "
      "Expected is_sm80 to be true, but got false.", "attention", ["enable_flash_sdp(False)", "nightly/cu118"]),
@@ -113,6 +118,9 @@ NEGATIVES = [
     ("GTX 1070, reinstalled everything, still runs on the CPU. torch 2.5.1+cpu", "CUDA 12.6 build in the program"),
     # a Blackwell GPU running Paddle with no complaint about the GPU
     ("RTX 5090, PaddleOCR 3.0 with paddlepaddle-gpu, how do I set the batch size for recognition?", "cu129"),
+    # the CUDA index given alone (--index-url) and still no GPU: not the extra-index reading
+    ("pip install torch --index-url https://download.pytorch.org/whl/cu121 --extra-index-url https://download.pytorch."
+     "org/whl/cu121\nNo GPU found", "previous-versions page lists"),
     # a pre-Turing GPU on the CPU with nothing new installed
     ("My GTX 1060 is not used, the model runs on the CPU", "CUDA 12.6 build"),
     # the newer TF wording (same major) stays libraries.py's reading

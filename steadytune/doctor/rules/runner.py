@@ -199,6 +199,7 @@ import steadytune.doctor.rules.install.tensorflow_cudnn_builds  # noqa: E402,F40
 import steadytune.doctor.rules.install.cupy_packages  # noqa: E402,F401
 import steadytune.doctor.rules.install.skipped_extensions  # noqa: E402,F401
 import steadytune.doctor.rules.install.system_cudnn  # noqa: E402,F401
+import steadytune.doctor.rules.install.extra_index_torch  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.late_visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility_uuids  # noqa: E402,F401
