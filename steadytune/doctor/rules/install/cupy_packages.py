@@ -32,9 +32,14 @@ def several_cupy_packages(ctx: Context) -> Optional[Diagnosis]:
     lines = _lines_matching(ctx, _BROKEN)
     if not lines:
         return None
-    named = [m.group(0).lower() for m in _PACKAGE.finditer(_text(ctx))]
-    package = named[0] if named else "the cupy-cudaXXX for your CUDA (cupy-cuda12x for CUDA 12, cupy-cuda11x for 11)"
-    for_cuda = f" (CUDA {_cuda_of(named[0][len('cupy-cuda'):])})" if named else ""
+    named = list(dict.fromkeys(m.group(0).lower() for m in _PACKAGE.finditer(_text(ctx))))
+    if len(named) == 1:
+        package, for_cuda = named[0], f" (CUDA {_cuda_of(named[0][len('cupy-cuda'):])})"
+    else:
+        # several named (the warning's list, or the user's tries): which one fits is the machine's CUDA, not the order
+        among = f"one of {' / '.join(named)}: " if named else ""
+        package, for_cuda = (f"{among}the cupy-cudaXXX for the CUDA this machine runs (nvidia-smi; cupy-cuda12x for "
+                             "CUDA 12, cupy-cuda11x for 11)"), ""
     return _make("wheel-platform", "more than one CuPy package in this environment",
                  "every CuPy package (cupy, cupy-cudaXXX) installs the same cupy module; with two installed, one "
                  "overwrote part of the other and the module is missing pieces",
