@@ -285,6 +285,19 @@ KNOWN_MISSES = {
                                                       "reinstalled for it; the paste names neither CUDA release, so "
                                                       "doctor gives the family's reading (NCCL's dev package for the "
                                                       "CUDA in use, install/nccl_headers) without the version",
+    # round 19 (r19c): fixes only the thread could know
+    "https://github.com/oobabooga/textgen/issues/2820": "the paste has no error, only exllama not loading on an RTX "
+                                                       "3060 with driver 536.23 (CUDA 12.2); that the webui's torch "
+                                                       "had to be the cu118 build matching exllama's kernels came "
+                                                       "from the reporter's own later findings",
+    "https://github.com/hiyouga/ChatGLM-Efficient-Tuning/issues/200": "the accepted fix is the torch nightly of that "
+                                                                      "week for cu117; the paste names neither a torch "
+                                                                      "release, nor a CUDA, nor SDPA, and its bare "
+                                                                      "is_sm80 check is also flash-attn 1.x's wording",
+    "https://github.com/h2oai/h2ogpt/issues/890": "the fix pins torch==2.0.0+cu117 (h2oGPT's own Windows step then); "
+                                                  "the paste shows only the cu117 extra index, and that index carried "
+                                                  "several torch releases (doctor names the class: torch==<release>"
+                                                  "+cu117 from that index alone)",
 }
 
 

@@ -380,14 +380,15 @@ def wheel_built_for_another_rocm(ctx: Context) -> Optional[Diagnosis]:
 # CTranslate2's own wording (faster-whisper, WhisperX): "Library libcublas.so.12 is not found or cannot be loaded"
 # and on Windows, where the library is a DLL named by the same major: "Library cublas64_12.dll is not found or cannot be
 # loaded" (CTranslate2 4.0.0, the first CUDA 12 release, issue 1630)
-_CT2_CUBLAS = re.compile(r"Library ((?:lib)?cublas(?:Lt)?(?:\.so\.|64_)(\d+)(?:\.dll)?) is not found or cannot be loaded")
+# (the short form "Library libcublas.so.12 is not found" is the same message as some releases and wrappers print it)
+_CT2_CUBLAS = re.compile(r"Library ((?:lib)?cublas(?:Lt)?(?:\.so\.|64_)(\d+)(?:\.dll)?) is not found(?: or cannot be loaded)?")
 
 
 @rule("rocm-libs-missing")
 def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
     """CTranslate2 opens cuBLAS by the CUDA major it was built for: 3.x releases CUDA 11 (libcublas.so.11), 4.x CUDA
     12. A machine or image with the other CUDA has no library of that name."""
-    lines = _lines_saying(ctx, "is not found or cannot be loaded", _CT2_CUBLAS.pattern)
+    lines = _lines_saying(ctx, "is not found", _CT2_CUBLAS.pattern)
     if not lines:
         return None
     library, major = _CT2_CUBLAS.search(lines[0].line).groups()
@@ -429,11 +430,19 @@ def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
     # charmed-hpc/charmed-hpc-benchmarks' README `sudo apt install libcublas12`)
     system = {"11": "; on Ubuntu 22.04 (Google Colab's image too) the system package: sudo apt-get install libcublas11",
               "12": "; on Ubuntu 24.04 the system package: sudo apt-get install libcublas12"}.get(major, "")
+    # CUDA 12 builds (ctranslate2 4.x) open cuDNN next, so pip's cuBLAS alone moves the failure one library on:
+    # faster-whisper's README installs both wheels and puts both lib folders on LD_LIBRARY_PATH (cuDNN 9 for
+    # ctranslate2 4.5+, cuDNN 8 for 4.0-4.4: its note on ctranslate2==4.4.0) (round 19, r19c; wyoming-faster-whisper#30)
+    pip_libs = (f"pip install nvidia-cublas-cu{major} and export LD_LIBRARY_PATH=<site-packages>/nvidia/cublas/lib:"
+                "$LD_LIBRARY_PATH" if major != "12" else
+                "pip install nvidia-cublas-cu12 nvidia-cudnn-cu12==9.* (==8.* under ctranslate2 4.0-4.4) into the same "
+                "environment and export LD_LIBRARY_PATH=$(python3 -c 'import os, nvidia.cublas.lib, nvidia.cudnn.lib; "
+                "print(os.path.dirname(nvidia.cublas.lib.__file__) + \":\" + os.path.dirname(nvidia.cudnn.lib.__file__))')"
+                " before starting the program (a service: in its unit's Environment= or its start script)")
     return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS",
                  f"this ctranslate2 is built for CUDA {major} and opens {library}, which the CUDA installed here (or "
                  "the container's base image) does not have",
-                 f"install CUDA {major}'s cuBLAS beside it{system}; or pip install nvidia-cublas-cu{major} and export "
-                 f"LD_LIBRARY_PATH=<site-packages>/nvidia/cublas/lib:$LD_LIBRARY_PATH (or the CUDA {major} toolkit; in "
+                 f"install CUDA {major}'s cuBLAS beside it{system}; or {pip_libs} (or the CUDA {major} toolkit; in "
                  f"a container a CUDA {major} base image, nvidia/cuda:{major}.x-cudnn-runtime); or install the "
                  f"ctranslate2 built for the CUDA you have: {other}", [ctx.line_fact(lines[0])], lines[:1])
 

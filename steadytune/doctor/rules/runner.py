@@ -53,6 +53,10 @@ import steadytune.doctor.rules.arch.kokkos_arch  # noqa: E402,F401
 import steadytune.doctor.rules.arch.jetson_boards  # noqa: E402,F401
 import steadytune.doctor.rules.arch.fp8_hardware  # noqa: E402,F401
 import steadytune.doctor.rules.arch.app_images  # noqa: E402,F401
+# round 19 (r19c): a floor the library's message states, ChatGLM's quantize kernels, pre-Turing GPUs and CUDA 13 builds
+import steadytune.doctor.rules.arch.stated_floors  # noqa: E402,F401
+import steadytune.doctor.rules.arch.quantize_kernels  # noqa: E402,F401
+import steadytune.doctor.rules.arch.legacy_cuda_build  # noqa: E402,F401
 # Paddle's builds: its own messages name the build to take
 import steadytune.doctor.rules.install.paddle_builds  # noqa: E402,F401
 import steadytune.doctor.rules.access.device_files  # noqa: E402,F401
@@ -208,6 +212,12 @@ import steadytune.doctor.rules.install.ggml_cpu_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.triton_windows_dlls  # noqa: E402,F401
 import steadytune.doctor.rules.install.pinokio_bin  # noqa: E402,F401
 import steadytune.doctor.rules.install.other_python  # noqa: E402,F401
+# round 19 (r19c): TensorFlow 1.x's cuDNN builds, CuPy installed twice, CUDA extensions left out, a system cuDNN first
+import steadytune.doctor.rules.install.tensorflow_cudnn_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.cupy_packages  # noqa: E402,F401
+import steadytune.doctor.rules.install.skipped_extensions  # noqa: E402,F401
+import steadytune.doctor.rules.install.system_cudnn  # noqa: E402,F401
+import steadytune.doctor.rules.install.extra_index_torch  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.late_visibility  # noqa: E402,F401
 import steadytune.doctor.rules.machine.visibility_uuids  # noqa: E402,F401
@@ -265,6 +275,10 @@ import steadytune.doctor.rules.runtime.sage_attention_kernels  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.sage_attention_imports  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.flash_attention_windows  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.bf16_models  # noqa: E402,F401
+# round 19 (r19c): JAX's up-front memory, Windows' sysmem fallback, vLLM's prefix-prefill kernel before Ampere
+import steadytune.doctor.rules.runtime.jax_memory  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.sysmem_fallback  # noqa: E402,F401
+import steadytune.doctor.rules.runtime.prefix_prefill  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.cuda_notes  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 

@@ -24,7 +24,7 @@ from typing import Optional
 
 from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.install.framework_cuda_builds import _PADDLE_BUILDS, _pypi_cuda
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
 
 _INDEX = "https://www.paddlepaddle.org.cn/packages/stable"
 _WHL = "https://www.paddlepaddle.org.cn/whl/linux/mkl/avx/stable.html"
@@ -71,6 +71,45 @@ def paddle_without_the_gpus_arch(ctx: Context) -> Optional[Diagnosis]:
                  f"CUDA runtime; the driver must run CUDA {label[2:4]}.{label[4:]}); then "
                  "python -c \"import paddle; paddle.utils.run_check()\"",
                  [ctx.line_fact(lines[0])], lines[:1])
+
+
+# Blackwell said without Paddle's own mismatch line (its inference tools say "GPU not in the supported list", or
+# nothing): a paddlepaddle-gpu before 3.2.0, or one not from the cu129 index, has no sm_100 / sm_120 code (round 19,
+# r19c; PaddleOCR#16200: paddlepaddle-gpu 3.1.0 on an RTX 5060, the CUDA 12.9 build the maintainers' answer)
+_BLACKWELL_INDEX = next((lab, rel) for floor, lab, rel in _ARCH_INDEX if floor >= 100)
+_FROM_CU129 = re.compile(r"(?i)packages/(?:stable|nightly)/cu1(?:29|3\d)\b")
+
+
+# the GPU refused or unused, in words or an error (not another problem on a Blackwell machine that runs Paddle)
+_GPU_REFUSED = re.compile(r"(?i)不支持|不在支持|not (?:be )?supported|unsupported|not in (?:the )?support|(?:falls?|fell) back to "
+                          r"(?:the )?CPU|runs? on (?:the )?CPU|no kernel image|NoKernelImage|not (?:detect|find|use|using)\w*\b.{0,20}"
+                          r"GPU|\bGPU\b.{0,30}\bnot (?:detected|found|used|available)|error")
+
+
+@rule("arch-missing")
+def paddle_on_a_blackwell_gpu(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    if not _PADDLE_SAID.search(text) or _MISMATCH.search(text) or _FROM_CU129.search(text):
+        return None
+    blackwell = [a for a in ctx.sheet.machine_archs if re.fullmatch(r"sm_1[0-2]\d", a)]
+    if not blackwell or not _GPU_REFUSED.search(text):
+        return None
+    pin = _PADDLE_PIN.search(text)
+    label, release = _BLACKWELL_INDEX
+    if pin and tuple(int(x) for x in pin.groups()[:3]) >= tuple(int(x) for x in release.split(".")):
+        return None   # a release that has the build: which index it came from is the question, not this reading
+    arch = blackwell[0]
+    fact = next((f for f in ctx.sheet.of("arch") if f.value == arch), None)
+    said = f"paddlepaddle-gpu {'.'.join(pin.groups()[:3])}" if pin else "this paddlepaddle-gpu"
+    # the arch settles it whatever else the paste shows (a WSL 2 machine included: the same build is the fix there)
+    return _first(_make("arch-missing", f"{said} has no code for the Blackwell GPU ({arch})",
+                        f"Paddle's default builds (cu118 / cu126, and every release before {release}) are compiled up "
+                        f"to sm_90; only the CUDA 12.9 build ({label}) carries {arch}",
+                        f"pip uninstall -y paddlepaddle-gpu paddlepaddle; python -m pip install paddlepaddle-gpu=="
+                        f"{release} -i {_INDEX}/{label}/ (Paddle {release} or newer from the {label} index; the "
+                        "driver must run CUDA 12.9: nvidia-smi's CUDA Version 12.9 or higher); then python -c \"import paddle; "
+                        "paddle.utils.run_check()\"", [fact] if fact else [],
+                        _lines_matching(ctx, _PADDLE_SAID)[:1]))
 
 
 @rule("driver")

@@ -43,6 +43,13 @@ def _amd_arch_outside_flash_attention(ctx: Context, text: str) -> Optional[Diagn
 _HEAD_DIM_BACKWARD = re.compile(r"(?i)Expected is_sm80(?: \|\| is_sm90)? to be true|\bhead dim > ?\d+ backward requires")
 
 
+_FLASH_ATTN_SAID = re.compile(r"(?i)flash[_-]?attn|flash_attn_cuda|flash-attention|FlashAttention")
+# torch's own SDPA in the paste: torch 2.0 named, or scaled_dot_product_attention / sdpa (the bare check line alone is
+# also what flash-attn 1.x prints: its TORCH_CHECK has the same wording)
+_TORCH_SDPA_SAID = re.compile(r"(?i)\b(?:py)?torch\W{0,3}(?:==|version:?\s*)?v?2\.0(?:\.\d+)?\b|\b2\.0\.\d\+cu1\d\d\b|"
+                              r"scaled_dot_product|\bsdpa\b")
+
+
 def _head_dim_backward(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     """flash-attn 1.x refusing the backward pass of a head dim above 64 on a GPU that is not an A100 / H100 (an RTX
     3090 / 4090, an A40, an A10): the forward runs there, training does not. Not the GPU's arch (no build adds the
@@ -53,6 +60,26 @@ def _head_dim_backward(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagno
         return None
     gpu = next((g.value for g in ctx.sheet.of("gpu") if not re.search(r"(?i)\b[AH]100\b", g.value)), None)
     on = f" on the {gpu}" if gpu else ""
+    text = "\n".join(ctx.sheet.lines)
+    if not _FLASH_ATTN_SAID.search(text) and _TORCH_SDPA_SAID.search(text) and \
+            any("is_sm80" in e.line for e in said):
+        tag = re.search(r"\+(cu1\d{2})\b", text)
+        label = tag.group(1) if tag else "cuXXX"
+        # no flash-attn package anywhere in the paste: torch 2.0's own SDPA flash backend made the same check and
+        # dispatched head dims above 64 to it on sm86 / sm89 (pytorch/pytorch#94883, #98140: fixed in the releases
+        # after 2.0; ChatGLM-Efficient-Tuning#200's maintainer pointed at the nightly that had the fix) (round 19, r19c)
+        diagnosis = _make("attention", f"torch 2.0's SDPA sends this backward pass to a kernel it cannot run{on}",
+                          "torch 2.0's scaled_dot_product_attention picks its flash backend for the backward pass of a "
+                          "head dim above 64, which that backend runs only on sm80 / sm90 (A100, H100); on other GPUs it "
+                          "stops with this check (a known torch 2.0 dispatch bug)",
+                          "upgrade torch past 2.0 (pip install -U torch from the index of your CUDA; the fix was in the "
+                          "nightlies first: pip install --force-reinstall --pre torch --index-url "
+                          f"https://download.pytorch.org/whl/nightly/{label}" + ("" if tag else ", cuXXX the CUDA of your torch: "
+                          "python -c \"import torch; print(torch.version.cuda)\"") + "), or keep torch and turn SDPA's flash backend off "
+                          "for training: torch.backends.cuda.enable_flash_sdp(False) before the model runs",
+                          [ctx.line_fact(said[0])], said)
+        diagnosis.rank = family("arch-missing").rank - 1
+        return diagnosis
     diagnosis = _make("attention", f"flash-attn 1.x trains head dims above 64 only on an A100 / H100{on}",
                       "FlashAttention 1.x runs the backward pass (training) of a head dim above 64 only on sm80 / sm90 "
                       "GPUs (A100, H100: their larger shared memory); the forward pass (inference) runs on this GPU",
