@@ -7,10 +7,10 @@ cleared, or a driver new enough for the CUDA torch was built with.
 
 Sources: CUDA runtime API error codes (cudaErrorCallRequiresNewerDriver = 36); ComfyUI's cli_args
 (--disable-cuda-malloc) and cuda_malloc.py; Fooocus' args (--disable-async-cuda-allocation: lllyasviel/Fooocus
-ldm_patched/modules/args_parser.py, checked round 19; lllyasviel/Fooocus#96, where commenting out the cuda_malloc() line
-of its 2023 launch.py fixed "CUDA error: operation not supported" and lllyasviel answered that the latest version removed
-it; the #95 this cited before was not checked against a source); Forge's --cuda-malloc (off unless asked for); NVIDIA's CUDA toolkit release notes for the
-driver branch of each CUDA release (arch/cuda_builds._CUDA_MIN_DRIVER)."""
+ldm_patched/modules/args_parser.py, checked round 19; lllyasviel/Fooocus#96, where commenting out the cuda_malloc()
+line of its 2023 launch.py fixed "CUDA error: operation not supported" and lllyasviel answered that the latest version
+removed it; the #95 this cited before was not checked against a source); Forge's --cuda-malloc (off unless asked for);
+NVIDIA's CUDA toolkit release notes for the driver branch of each CUDA release (arch/cuda_builds._CUDA_MIN_DRIVER)."""
 
 from __future__ import annotations
 
