@@ -72,7 +72,9 @@ def call_the_driver_lacks(ctx: Context) -> Optional[Diagnosis]:
         # memory pools) came with CUDA 11.2 (NVIDIA's CUDA 11.2 release notes and its blog "Using the NVIDIA CUDA
         # Stream-Ordered Memory Allocator"), so no allocator switch of torch's helps a program that calls it itself
         # (lmdeploy's TurboMind allocator, InternLM/lmdeploy#340): the driver is what must change. The branch of
-        # CUDA 11.2 is 460 (arch/cuda_builds._CUDA_MIN_DRIVER)
+        # CUDA 11.2 is 460 (arch/cuda_builds._CUDA_MIN_DRIVER). Checked round 19: CuPy's cupy.cuda.malloc_async docs
+        # ("requires CUDA >= 11.2") and MLIR's CudaRuntimeWrappers ("the async version that was available since CUDA
+        # 11.2"); NVIDIA's driver table gives CUDA 11.2.0 GA >= 460.27.03 (Linux) / 460.82 (Windows)
         said_runs = f"{runs.group(1)}.{runs.group(2)}"
         floor = _CUDA_MIN_DRIVER.get((11, 2))
         return _first(_make(
