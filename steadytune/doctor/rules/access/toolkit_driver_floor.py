@@ -45,7 +45,7 @@ def toolkit_needs_driver(ctx: Context) -> Optional[Diagnosis]:
     named = [v for v in named if not re.search(rf"CUDA Version:?\s*{re.escape(v)}", text)]
     if not named:
         return None
-    # (imported here: importing the rule module at the top would register its rules ahead of their place in runner.py)
+    # (lazy: importing the rule module at the top would register its rules ahead of their place in runner.py)
     from steadytune.doctor.rules.access.ptx_toolchain import _LEAST_LINUX_DRIVER
     major, minor = (int(x) for x in named[-1].split("."))
     least = _OLDER_TOOLKITS.get((major, minor)) or _LEAST_LINUX_DRIVER.get((major, minor))
