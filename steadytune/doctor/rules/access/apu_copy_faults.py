@@ -7,7 +7,11 @@ kernel in place of the kernel's inbox amdgpu.
 Sources: ROCm/amdgpu#213 (gfx1150, Ubuntu 24.04: faults on 6.17.0-1017-oem and 6.17.0-20-generic, not on
 6.14.0-1018-oem); ROCm/legacy-rocm-build#6146 (gfx1151, ROCm 7.2.1 on 6.17.0-20-generic, even HIP's samples: AMD named
 the known kernel-driver issue, the 6.14 1018-oem kernel or amdgpu-dkms); amdgpu-install's dkms use case (AMD's Linux
-install docs: sudo amdgpu-install --usecase=dkms)."""
+install docs: sudo amdgpu-install --usecase=dkms). Checked round 19: ROCm/amdgpu#213's report (every
+hipMemcpy(HostToDevice) faults on 6.17.0-1017-oem and 6.17.0-20-generic, "does not occur on kernel 6.14.0-1018-oem");
+ROCm/legacy-rocm-build#6146 (harkgill-amd: "swap onto the 6.14-1018 OEM kernel", remove amdgpu-dkms; the reporter:
+resolved on 6.14.0-1018-oem); AMD's Ryzen APU install guide (Ubuntu 24.04: sudo apt install
+linux-image-6.14.0-1018-oem)."""
 
 from __future__ import annotations
 

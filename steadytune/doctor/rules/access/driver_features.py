@@ -6,9 +6,11 @@ mode where the driver offers no memory pools, refuses. The fix is the app's own 
 cleared, or a driver new enough for the CUDA torch was built with.
 
 Sources: CUDA runtime API error codes (cudaErrorCallRequiresNewerDriver = 36); ComfyUI's cli_args
-(--disable-cuda-malloc) and cuda_malloc.py; Fooocus' args (--disable-async-cuda-allocation; lllyasviel/Fooocus#95,
-where commenting out its cuda_malloc() call fixed it); Forge's --cuda-malloc (off unless asked for); NVIDIA's CUDA toolkit release notes for the
-driver branch of each CUDA release (arch/cuda_builds._CUDA_MIN_DRIVER)."""
+(--disable-cuda-malloc) and cuda_malloc.py; Fooocus' args (--disable-async-cuda-allocation: lllyasviel/Fooocus
+ldm_patched/modules/args_parser.py, checked round 19; lllyasviel/Fooocus#96, where commenting out the cuda_malloc()
+line of its 2023 launch.py fixed "CUDA error: operation not supported" and lllyasviel answered that the latest version
+removed it; the #95 this cited before was not checked against a source); Forge's --cuda-malloc (off unless asked for);
+NVIDIA's CUDA toolkit release notes for the driver branch of each CUDA release (arch/cuda_builds._CUDA_MIN_DRIVER)."""
 
 from __future__ import annotations
 
@@ -70,7 +72,9 @@ def call_the_driver_lacks(ctx: Context) -> Optional[Diagnosis]:
         # memory pools) came with CUDA 11.2 (NVIDIA's CUDA 11.2 release notes and its blog "Using the NVIDIA CUDA
         # Stream-Ordered Memory Allocator"), so no allocator switch of torch's helps a program that calls it itself
         # (lmdeploy's TurboMind allocator, InternLM/lmdeploy#340): the driver is what must change. The branch of
-        # CUDA 11.2 is 460 (arch/cuda_builds._CUDA_MIN_DRIVER)
+        # CUDA 11.2 is 460 (arch/cuda_builds._CUDA_MIN_DRIVER). Checked round 19: CuPy's cupy.cuda.malloc_async docs
+        # ("requires CUDA >= 11.2") and MLIR's CudaRuntimeWrappers ("the async version that was available since CUDA
+        # 11.2"); NVIDIA's driver table gives CUDA 11.2.0 GA >= 460.27.03 (Linux) / 460.82 (Windows)
         said_runs = f"{runs.group(1)}.{runs.group(2)}"
         floor = _CUDA_MIN_DRIVER.get((11, 2))
         return _first(_make(

@@ -8,7 +8,12 @@ Sources: NVIDIA's CUDA toolkit release notes, table "CUDA Toolkit and Correspond
 7.0 >= 346.46, 7.5 >= 352.31, 8.0 GA1 >= 367.48 / GA2 >= 375.26; 9.0 and later in access/ptx_toolchain's
 _LEAST_LINUX_DRIVER, the branch alone for the minors it lacks in arch/cuda_builds' _CUDA_MIN_DRIVER); CUDA 6.5, which
 predates that table: the 340 branch (andyneff's gist of minimum drivers per CUDA release, "6.5 | 340.xx", and
-niuzhiheng/caffe#33, where a 340.xx driver fixed CUDA 6.5 on a Tesla K10)."""
+niuzhiheng/caffe#33, where a 340.xx driver fixed CUDA 6.5 on a Tesla K10).
+
+Checked round 19: 7.0 / 7.5 / 8.0 GA1 / 8.0 GA2 against copies of NVIDIA's release-notes table (the CUDA 11.x notes'
+"CUDA Toolkit and Corresponding Driver Versions", Linux x86_64 column: 346.46, 352.31, 367.48, 375.26); CUDA 6.5's
+"340.xx" against gist.github.com/andyneff/6c56cf62596ba60a91930276bda23f47. A precise 6.5 floor such as 340.29 (the
+driver bundled with the 6.5 installer) was not checked against a source, so only the 340 branch is named."""
 
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ def toolkit_needs_driver(ctx: Context) -> Optional[Diagnosis]:
     named = [v for v in named if not re.search(rf"CUDA Version:?\s*{re.escape(v)}", text)]
     if not named:
         return None
-    # (imported here: importing the rule module at the top would register its rules ahead of their place in runner.py)
+    # (lazy: importing the rule module at the top would register its rules ahead of their place in runner.py)
     from steadytune.doctor.rules.access.ptx_toolchain import _LEAST_LINUX_DRIVER
     major, minor = (int(x) for x in named[-1].split("."))
     least = _OLDER_TOOLKITS.get((major, minor)) or _LEAST_LINUX_DRIVER.get((major, minor))

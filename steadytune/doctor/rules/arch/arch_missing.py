@@ -69,7 +69,13 @@ def _dropped_by(cc: int) -> Optional[int]:
 
 # The CUDA toolkit's package where the build runs, for going back to an older major: Gentoo's dev-util/nvidia-cuda-toolkit
 # (gentoo-overlay#160, the overlay maintainer's answer), conda's cuda-toolkit of the nvidia / conda-forge channels
-# (with its cuda-version pin), Debian's and Ubuntu's nvidia-cuda-toolkit (its version is the release's own)
+# (with its cuda-version pin), Debian's and Ubuntu's nvidia-cuda-toolkit (its version is the release's own).
+# Checked round 19: anaconda.org/nvidia/cuda lists "conda install nvidia/label/cuda-11.8.0::cuda" (the same package as
+# conda install cuda -c nvidia/label/cuda-11.8.0) and nvidia/label/cuda-12.9.0 is in use; the channel's per-release
+# labels start at cuda-11.3.0 (anaconda.org/nvidia/repo's label list: cuda-11.3.0 ... and, before, only cuda9.2 /
+# cuda10.0 / cuda10.1), so no cuda-10.2.0 label exists and CUDA 10 gets the generic advice (_CONDA_LABELS). NVIDIA's
+# apt repository names the package cuda-toolkit-11-8 (developer.download.nvidia.com/compute/cuda/repos/ubuntu2004
+# Packages: cuda-11-8 depends on cuda-toolkit-11-8).
 _TOOLKIT_PACKAGES = (
     (r"(?i)\bemerge\b|\b[a-z]+-[a-z]+/[\w+-]+-\d[\w.-]*::\w+|\bgentoo\b|\bsci-libs/|\bdev-util/|\bebuild\b",
      "on Gentoo: mask the newer toolkit and go back to {old}.x: echo '>=dev-util/nvidia-cuda-toolkit-{new}' | sudo tee -a "
@@ -87,6 +93,8 @@ _TOOLKIT_PACKAGES = (
 
 # the last minor of each CUDA major (NVIDIA's CUDA toolkit archive: 10.2, 11.8, 12.9 before 13.0)
 _LAST_MINOR = {10: "10.2", 11: "11.8", 12: "12.9"}
+# the CUDA majors whose last minor has a nvidia/label/cuda-X.Y.0 conda label (labels begin at 11.3.0)
+_CONDA_LABELS = {11, 12}
 
 
 def _dropped_arch_fix(ctx: Context, cc: str, dropped: int, arch: Optional[str]) -> str:
@@ -95,7 +103,8 @@ def _dropped_arch_fix(ctx: Context, cc: str, dropped: int, arch: Optional[str]) 
     text = _text(ctx)
     old = dropped - 1
     last = _LAST_MINOR.get(old, f"{old}.x")
-    platform = next((how.format(old=old, new=dropped, last=last, dash=last.replace(".", "-")) for said, how in _TOOLKIT_PACKAGES if re.search(said, text)),
+    platform = next((how.format(old=old, new=dropped, last=last, dash=last.replace(".", "-")) for said, how in _TOOLKIT_PACKAGES
+                     if re.search(said, text) and not ("nvidia/label" in how and old not in _CONDA_LABELS)),
                     f"install a CUDA {old}.x toolkit and build with it (CUDA_HOME / PATH pointing at its nvcc)")
     if arch == f"sm_{cc}":   # the GPU is that arch itself: only the older toolkit builds for it
         return f"build with CUDA {old}.x, the last that compiles compute_{cc} for this GPU: {platform}"

@@ -9,7 +9,11 @@ install/tensorrt_engines.py's.)
 
 Sources: TensorRT developer guide ("Serialized engines are not portable across platforms"; "Hardware Compatibility",
 TensorRT 8.6+, Ampere and later); NVIDIA/TensorRT#564 (an engine from a compute 7.5 card on a GTX 1060: the maintainer
-said to rebuild it on the target device, confirmed)."""
+said to rebuild it on the target device, confirmed). Checked round 19: trtexec's own help (NVIDIA/TensorRT
+samples/common/sampleOptions.cpp: "--hardwareCompatibilityLevel=mode  Make the engine file compatible with other GPU
+architectures", modes none / ampere+); the API's HardwareCompatibilityLevel::kAMPERE_PLUS ("only supported for engines
+built on NVIDIA Ampere and later GPUs"); hardware and version compatibility both from TensorRT 8.6 (TensorRT developer
+guide, "Version compatibility is supported from version 8.6")."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ through from. The device package is there, so "install the device package" is no
 Source: ROCm/TheRock#7081 (torch 2.12 from https://repo.amd.com/rocm/whl-multi-arch/ with amd-torch-device-gfx90a on
 ROCm 7.14: hipErrorInvalidImage on any kernel, torch 2.11 fine; deleting the two empty xnack .kpack files worked
 around it; the loader's fall-through fix is rocm-systems PR 9874, backported to ROCm/pytorch). The xnack targets are
-LLVM's (AMDGPUUsage: gfx90a and gfx942 take the xnack feature)."""
+LLVM's (AMDGPUUsage: gfx90a and gfx942 take the xnack feature; checked round 19 against llvm/llvm-project
+llvm/docs/AMDGPUUsage.rst, the processor table, whose target-feature column lists xnack for both)."""
 
 from __future__ import annotations
 

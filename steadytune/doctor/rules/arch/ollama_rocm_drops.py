@@ -7,10 +7,14 @@
   runner on a newer one, with no missing-code line: the maintainers' answer for these targets is the Vulkan backend,
   not ROCm.
 
-Sources: ollama/ollama#12774 (rick-github: "As of 0.12.5 Vega 10 is not supported by ROCm ... stick with 0.12.4"; the
-v0.12.6 release notes say gfx900 and gfx906 (MI50, MI60) are no longer supported via ROCm, as relayed in
-getumbrel/umbrel-apps PR 3876); ollama/ollama#12600 (Vulkan in the official binaries from 0.12.11, experimental, set
-OLLAMA_VULKAN=1 for the server); ollama/ollama#12939 and #16771 (dhiltgen: ROCm support for these targets is not
+Sources: ollama/ollama#12774 (rick-github: "As of 0.12.5 Vega 10 is not supported by ROCm ... stick with 0.12.4"); the
+v0.12.5 release notes, as relayed in getumbrel/umbrel-apps PR 3813 (its update to v0.12.5: "AMD gfx900 and gfx906
+(MI50, MI60, etc) GPUs are no longer supported via ROCm"); ollama/ollama PR 12481 (merged 2025-10-02, "AMD: block
+running on unsupported gfx900/gfx906"). Corrected round 19: this cited the v0.12.6 notes for the drop, but
+github.com/ollama/ollama/releases/tag/v0.12.6 does not mention gfx900/gfx906 (umbrel's v0.12.6 PR 3876 repeats
+0.12.5's list); the first release without them is 0.12.5. ollama/ollama#12673 (dhiltgen: "In 0.12.11 Vulkan is now
+included in the official binaries, but still experimental. To enable, set OLLAMA_VULKAN=1 for the server"; the #12600
+cited before for this was not checked); ollama/ollama#12939 and #16771 (dhiltgen: ROCm support for these targets is not
 planned, current builds include Vulkan, enabled by default when the driver is available; for Docker the standard
 ollama/ollama image with the GPU devices exposed)."""
 
@@ -41,6 +45,8 @@ _VULKAN = ("update to a current Ollama and run it on its Vulkan backend, which s
            "default where the Vulkan driver is present; in Docker use the standard ollama/ollama image with /dev/dri "
            "passed in, not the :rocm one)")
 
+# The ROCm image's tag is <version>-rocm (ollama/ollama#12774's title names 0.12.5-rocm and 0.12.3-rocm, #738
+# 0.1.23-rocm); 0.12.4-rocm itself was not checked against a source (Docker Hub's tag list was not reachable here).
 # Ollama's versions as users write them: "0.12.5-rocm", "v0.12.6-rc0", "ollama version is 0.12.3", "ollama:0.12.5"
 _VERSION = re.compile(r"(?i)(?:\bv|\bollama(?: version(?: is)?)?[: ]\s*v?|\b)(0\.\d{1,2}\.\d{1,2})(?:-rc\d+|-rocm)?\b")
 _FAILS = re.compile(r"(?i)runner crashed|failure during GPU discovery|timed out waiting for (?:the )?llama runner|"

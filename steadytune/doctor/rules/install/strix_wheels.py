@@ -7,7 +7,11 @@ the fix, installed into the installer's environment.
 Sources: unslothai/unsloth#7280 (install.sh on a Ryzen AI 9 HX 370, gfx1150, ROCm 7.14: "Radeon repo unavailable;
 falling back to ROCm index (https://download.pytorch.org/whl/rocm7.2)"; PR 7300 routes these GPUs to
 repo.amd.com/rocm/whl/gfx1150/, torch 2.11.0+rocm7.13.0); unslothai/unsloth PR 5301 (gfx1151: pip download
---index-url https://repo.amd.com/rocm/whl/gfx1151/ "torch>=2.11.0,<2.12.0" resolves torch-2.11.0+rocm7.13.0)."""
+--index-url https://repo.amd.com/rocm/whl/gfx1151/ "torch>=2.11.0,<2.12.0" resolves torch-2.11.0+rocm7.13.0).
+Checked round 19: the gfx1150 index is AMD's own, not only unsloth's: AMD's ROCm 7.13 install snippets (device "stx",
+pointing to rocm.docs.amd.com/en/7.13.0-preview/frameworks/pytorch/install.html) install torch==2.11.0+rocm7.13.0 with
+pip install --index-url https://repo.amd.com/rocm/whl/gfx1150/, and unsloth PR 8577 lists repo.amd.com's per-arch
+indexes as gfx103X / 110X / 1150 / 1151 / 120X."""
 
 from __future__ import annotations
 

@@ -33,6 +33,8 @@ _MISSING_KERNEL = re.compile(r"(?i)invalid device function|no kernel image|hipEr
 # cli_args.py: --use-split-cross-attention / --use-quad-cross-attention / --use-pytorch-cross-attention; the web UI's
 # cmd_args.py: --opt-split-attention / --opt-sub-quad-attention / --opt-sdp-attention; Forge's and Fooocus' argument
 # parsers (taken from ComfyUI's): --attention-split / --attention-quad / --attention-pytorch
+# (checked round 19: comfyanonymous/ComfyUI comfy/cli_args.py; AUTOMATIC1111/stable-diffusion-webui modules/cmd_args.py;
+# lllyasviel/stable-diffusion-webui-forge backend/args.py; lllyasviel/Fooocus ldm_patched/modules/args_parser.py)
 _APPS = (
     (r"(?i)\bFooocus\b", "Fooocus", "start it with --attention-quad (or --attention-split) in place of --attention-pytorch"),
     (r"(?i)(?<![-\w])Forge\b", "Forge", "add --attention-quad (or --attention-split) to COMMANDLINE_ARGS in webui-user.bat, in "
@@ -101,7 +103,9 @@ def amd_attention_through_the_app(ctx: Context) -> Optional[Diagnosis]:
 # app's own attention switch away from xformers, to PyTorch's SDP attention (or the split / sub-quadratic one).
 # Source: CS1o/Stable-Diffusion-Info#20 (OneTrainer with ZLUDA on an RX 7900 GRE: "CUDA error: named symbol not found";
 # the guide's fix: Training tab > Attention set to Default or SDP instead of xformers); ComfyUI's --disable-xformers
-# and the web UI's --xformers / --opt-sdp-attention are their own command-line flags.
+# and the web UI's --xformers / --opt-sdp-attention are their own command-line flags (checked round 19:
+# comfyanonymous/ComfyUI comfy/cli_args.py "--disable-xformers"; AUTOMATIC1111/stable-diffusion-webui modules/cmd_args.py
+# "--xformers", "--opt-sdp-attention").
 _XFORMERS_OFF = (
     (r"(?i)\bOne ?Trainer\b", "OneTrainer",
      "in OneTrainer's Training tab set Attention to SDP (or Default) instead of xformers"),

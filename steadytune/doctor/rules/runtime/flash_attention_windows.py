@@ -5,7 +5,10 @@ no official Windows wheels (its release page lists Linux wheels only) and its so
 app's Python, torch and CUDA is the optional way to keep it (kijai/ComfyUI-Florence2#2: pip install flash-attn failed
 on Windows, the loader's attention set to sdpa worked). The loaders' switches: kijai's ComfyUI-Florence2 loaders
 (DownloadAndLoadFlorence2Model, Florence2ModelLoader) take attention = flash_attention_2 / sdpa / eager (its
-nodes.py); transformers' from_pretrained takes attn_implementation="sdpa"."""
+nodes.py); transformers' from_pretrained takes attn_implementation="sdpa". Checked round 19: no official Windows
+wheel: Dao-AILab/flash-attention#553 and #565 (tridao: "only tested on Linux"), PR 1036 ("Windows actions", a
+contributor's Windows wheel workflow, still open), #1684 (setup.py's guessed win_amd64 wheel URL: "Precompiled wheel not
+found. Building from source"), #1502 (Windows wheels only from community forks)."""
 
 from __future__ import annotations
 

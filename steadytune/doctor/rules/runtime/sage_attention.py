@@ -26,6 +26,11 @@ _TOO_OLD = re.compile(r"(?i)sage-?attention\w*\W{0,3}(?:is )?not new enough|cann
 _BLACKWELL = re.compile(r"(?i)\bRTX ?50[5-9]0(?: ?Ti)?\b|\bsm_?12\d\b|\bCompute Capability 12\b|\bBlackwell\b")
 # torch's release, for the triton-windows pin (torch 2.6 -> triton 3.2, 2.7 -> 3.3, 2.8 -> 3.4, 2.9 -> 3.5)
 _TORCH = re.compile(r"(?i)\btorch(?:==|\s+|\s*version:?\s*)v?2\.(\d+)")
+# torch 2.N -> the triton-windows bound. Checked round 19: torch 2.6 ships Triton 3.2 (woct0rdho/triton-windows#50,
+# torch's build matrix: 2.6.0 -> triton 3.2.0); triton-windows' v3.6.0-windows.post24 release notes ("Triton 3.6 only
+# works with PyTorch >= 2.10 ... pip install -U "triton-windows<3.7""), the same one-minor-per-torch step; 2.7 -> <3.4,
+# 2.8 -> <3.5, 2.9 -> <3.6 as installers pin them (e.g. a ComfyUI setup script's spec_por_torch table, and
+# Wildminder/AI-windows-whl's answer that torch 2.8 needs triton 3.4), not from a table of the maintainer's own
 _TRITON_FOR_TORCH = {6: "3.3", 7: "3.4", 8: "3.5", 9: "3.6"}
 
 

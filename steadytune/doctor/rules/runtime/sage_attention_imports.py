@@ -6,7 +6,8 @@ to the torch release); and a one-click package runs its own embedded Python, so 
 running the package's environment.bat; FramePack#105, triton-windows' maintainer: the one-click package's
 system\\python\\python.exe -m pip install -U "triton-windows<3.3" for its torch 2.6, and the include and libs folders
 of its Python version copied into system\\python\\ so Triton can compile; FramePack#59: the package's environment.bat
-sets up its own Python)."""
+sets up its own Python). The torch-to-triton-windows pins are checked in runtime/sage_attention.py (_TRITON_FOR_TORCH,
+round 19)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,10 @@ xformers off, so attention runs on PyTorch's own SDPA; an xformers built for thi
 (lllyasviel/stable-diffusion-webui-forge#2998: an RTX 5090 on torch 2.7.1+cu128 with xformers 0.0.32.dev, fixed by
 disabling xformers). The switches, from each app's argument parser: Forge's backend/args.py --disable-xformers
 (PyTorch attention: --attention-pytorch); ComfyUI's --disable-xformers; the A1111 web UI uses xformers only with
---xformers (its --opt-sdp-attention is PyTorch's)."""
+--xformers (its --opt-sdp-attention is PyTorch's). Checked round 19 against the parsers themselves:
+lllyasviel/stable-diffusion-webui-forge backend/args.py (--disable-xformers, --attention-pytorch),
+comfyanonymous/ComfyUI comfy/cli_args.py (--disable-xformers), AUTOMATIC1111/stable-diffusion-webui modules/cmd_args.py
+(--xformers, --opt-sdp-attention)."""
 
 from __future__ import annotations
 
