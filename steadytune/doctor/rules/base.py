@@ -144,6 +144,11 @@ def _first(diagnosis: Diagnosis) -> Diagnosis:
     return diagnosis
 
 
+def _release_numbers(text: str) -> tuple[int, ...]:
+    """A release as numbers to compare ("2.4.1" -> (2, 4, 1), "v0.12.5-rocm" -> (0, 12, 5)): its first three numbers."""
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
 def _text(ctx: Context) -> str:
     return "\n".join(ctx.sheet.lines)
 

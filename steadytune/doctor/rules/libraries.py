@@ -9,17 +9,13 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _release_numbers, _text, on_windows, rule
 
 
 def _lines_saying(ctx: Context, needle: str, pattern: str) -> list:
     """The lines matching `pattern`, searched only where the paste says `needle` (lower case) at all: a cheap gate that
     keeps the regular expressions off hostile pastes that cannot match."""
     return _lines_matching(ctx, pattern) if needle in _text(ctx).lower() else []
-
-
-def _release(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
 # "Unable to load any of {libcudnn_ops.so.9.1.0, ...}" (ctranslate2), "Could not load library libcudnn_ops_infer.so.8"
@@ -52,7 +48,7 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
     m = _CUDNN_WANTED.search(lines[0].line)
     wanted = int(m.group(1) or m.group(2) or m.group(3) or m.group(4) or m.group(5))
     torch = _TORCH_RELEASE.search(text)
-    torch_cudnn = (9 if _release(torch.group(1)) >= (2, 4) else 8) if torch else None
+    torch_cudnn = (9 if _release_numbers(torch.group(1)) >= (2, 4) else 8) if torch else None
     evidence, covers = [ctx.line_fact(lines[0])], lines[:1]
     if torch_cudnn == 8 and wanted >= 9:
         return _make("wheel-platform", "ctranslate2 wants cuDNN 9, torch brings cuDNN 8",
@@ -65,7 +61,7 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
                      "pip install -U \"ctranslate2>=4.5.0\" (cuDNN 9; relax the program's pin on ctranslate2), or keep "
                      "torch below 2.4 with ctranslate2 4.4.0", evidence, covers)
     ct2 = _CT2_RELEASE.search(text)
-    if torch is None and wanted >= 9 and m.group(3) and ct2 and _release(ct2.group(1)) >= (4, 5):
+    if torch is None and wanted >= 9 and m.group(3) and ct2 and _release_numbers(ct2.group(1)) >= (4, 5):
         # on Windows (a cuDNN DLL), after the ctranslate2 upgrade that moved it to cuDNN 9: no LD_LIBRARY_PATH there,
         # the cuDNN 9 DLLs come with torch 2.4+ (torch/lib), which faster-whisper's process loads
         return _make("wheel-platform", f"ctranslate2 {ct2.group(1)} wants cuDNN 9",
@@ -145,7 +141,7 @@ def cudnn_older_than_built_against(ctx: Context) -> Optional[Diagnosis]:
     # libraries of its own into the process) or a torch wheel with its bundled cuDNN
     tag = re.search(r"(?i)jaxlib\S*\s*\S*\+cuda\d+\.cudnn(\d)(\d+)", _text(ctx))
     own = re.search(r"(?i)\b(?:I (?:use|have|installed)|installed)\b.{0,30}\bcudnn\b|libcudnn8?[=_ ]\d", _text(ctx))
-    if tag and not shadow and not own and _release(built)[:2] == (int(tag.group(1)), int(tag.group(2))):
+    if tag and not shadow and not own and _release_numbers(built)[:2] == (int(tag.group(1)), int(tag.group(2))):
         return _make("abi-mismatch", f"another package's cuDNN {runtime} is loaded before jaxlib's {built}",
                      f"jaxlib (+cudnn{tag.group(1)}{tag.group(2)}) was built for cuDNN {built}, but an older cuDNN "
                      f"{runtime} that another package in the same environment brings is loaded first",
@@ -156,7 +152,7 @@ def cudnn_older_than_built_against(ctx: Context) -> Optional[Diagnosis]:
     return _make("wheel-platform", f"cuDNN {runtime} is older than the {built} it was built for",
                  f"{tool} was built against cuDNN {built}; the cuDNN loaded is {runtime}, an older minor",
                  f"{first}upgrade cuDNN to {built} or newer of the same major (pip install \"nvidia-cudnn-cu"
-                 f"{'12' if _release(built) >= (9,) else '11'}>={built}\", or the system libcudnn package), or install "
+                 f"{'12' if _release_numbers(built) >= (9,) else '11'}>={built}\", or the system libcudnn package), or install "
                  f"the {tool} build made for cuDNN {runtime}", [ctx.line_fact(lines[0])], lines[:1])
 
 
@@ -289,11 +285,11 @@ def onnxruntime_gpu_cuda_major(ctx: Context) -> Optional[Diagnosis]:
     if not lines or not release or not cuda:
         return None
     ort, major = release.group(1), int(cuda.group(1) or cuda.group(2))
-    if major == 12 and _release(ort) < (1, 19):
+    if major == 12 and _release_numbers(ort) < (1, 19):
         fix = ("pip install -U \"onnxruntime-gpu>=1.19\" (PyPI's CUDA 12 builds); 1.17 and 1.18 have CUDA 12 builds on "
                "the onnxruntime-cuda-12 feed only")
         built = "CUDA 11.8"
-    elif major == 11 and _release(ort) >= (1, 19):
+    elif major == 11 and _release_numbers(ort) >= (1, 19):
         fix = ("install the CUDA 11 build from the onnxruntime-cuda-11 feed (pip install onnxruntime-gpu --index-url "
                "https://aiinfra.pkgs.visualstudio.com/PublicPackages/_packaging/onnxruntime-cuda-11/pypi/simple/), or "
                "pip install \"onnxruntime-gpu<1.19\"")

@@ -24,7 +24,7 @@ import re
 from typing import NamedTuple, Optional
 
 from steadytune.doctor.rules.base import (
-    _NO_GPU_USE, Context, Diagnosis, _CRASH, _first, _lines_matching, _make, rule, _text,
+    _NO_GPU_USE, Context, Diagnosis, _CRASH, _first, _lines_matching, _make, _release_numbers, rule, _text,
 )
 
 
@@ -54,12 +54,8 @@ _FAILS = re.compile(r"(?i)runner crashed|failure during GPU discovery|timed out 
                     r"\bstopped working\b|\bnot used\b|\bslow\b|on (?:the )?CPU\b")
 
 
-def _tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in version.split("."))
-
-
 def _versions(text: str) -> list[str]:
-    return sorted({m.group(1) for m in _VERSION.finditer(text)}, key=_tuple)
+    return sorted({m.group(1) for m in _VERSION.finditer(text)}, key=_release_numbers)
 
 
 @rule("gpu-unsupported")
@@ -75,7 +71,7 @@ def ollama_release_dropped_the_gpu(ctx: Context) -> Optional[Diagnosis]:
     for row in _DROPPED:
         if arch not in row.archs or not failed:
             continue
-        late = [v for v in versions if _tuple(v) >= _tuple(row.first_without)]
+        late = [v for v in versions if _release_numbers(v) >= _release_numbers(row.first_without)]
         if not late:
             continue
         return _first(_make(

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _release_numbers, rule, _text
 
 
 @dataclass(frozen=True)
@@ -50,15 +50,11 @@ def _older_gpu(ctx: Context, below: int) -> Optional[str]:
     return None
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
-
-
 def _has_release(ctx: Context, row: AddedPath) -> bool:
     """The paste names the tool at that release or later ("bitsandbytes==0.43.1", "bitsandbytes 0.45.0")."""
     said = re.findall(rf"(?i)\b{re.escape(row.tool)}\W{{0,3}}(?:version\W{{0,3}})?v?(\d{{1,3}}\.\d{{1,3}}(?:\.\d{{1,3}})?)",
                       _text(ctx))
-    return any(_version(found) >= _version(row.release) for found in said)
+    return any(_release_numbers(found) >= _release_numbers(row.release) for found in said)
 
 
 @rule("arch-missing")
