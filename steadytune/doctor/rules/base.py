@@ -144,6 +144,13 @@ def _first(diagnosis: Diagnosis) -> Diagnosis:
     return diagnosis
 
 
+def _ahead_of(diagnosis: Diagnosis, other: str) -> Diagnosis:
+    """A diagnosis that explains the errors family `other` would read (its cause comes first): it ranks just ahead of
+    that family, and behind anything that already leads."""
+    diagnosis.rank = family(other).rank - 1
+    return diagnosis
+
+
 def _release_numbers(text: str) -> tuple[int, ...]:
     """A release as numbers to compare ("2.4.1" -> (2, 4, 1), "v0.12.5-rocm" -> (0, 12, 5)): its first three numbers."""
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])

@@ -9,9 +9,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
 from steadytune.doctor.fixes import cuda_wheel_for
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, rule
 
 _FOUND = re.compile(r"(?i)Found GPU\s?\d+ (.{1,60}?) which is of cuda capability (\d{1,2})\.(\d)")
 _RANGE = re.compile(r"(?i)Minimum and Maximum cuda capability supported by this version of PyTorch is\s*"
@@ -46,5 +45,4 @@ def outside_torchs_capability_range(ctx: Context) -> Optional[Diagnosis]:
     else:
         return None
     # torch's own numbers settle it before a question about support (torch_cuda.py) is read
-    diagnosis.rank = family("torch-build").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "torch-build")

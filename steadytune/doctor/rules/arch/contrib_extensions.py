@@ -8,8 +8,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, rule, _text
 
 # extension (as its path or module names it) -> the Triton op flash-attn ships in its place
 # (Dao-AILab/flash-attention: flash_attn/ops/triton/layer_norm.py, rotary.py, cross_entropy.py)
@@ -41,6 +40,5 @@ def contrib_extension_without_kernels(ctx: Context) -> Optional[Diagnosis]:
                          "code falls back to it", [card] if card else [],
                          lines[:1] + _lines_matching(ctx, _NO_KERNEL.pattern)[:1])
             # the extension that lacks the code is named: it goes before the generic "this build has no code" reading
-            diagnosis.rank = family("arch-missing").rank - 1
-            return diagnosis
+            return _ahead_of(diagnosis, "arch-missing")
     return None

@@ -7,8 +7,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, rule
 from steadytune.doctor.rules.install.shared import cuda_of_label
 
 # The first CUDA with each Blackwell target and the pytorch.org index that has it (torch 2.7 release notes: CUDA 12.8
@@ -52,5 +51,4 @@ def kernel_error_on_blackwell(ctx: Context) -> Optional[Diagnosis]:
                       f"'import torch; print(torch.cuda.get_arch_list())' must list {card.detail}", [card], lines[:1],
                       confirmed=False)
     # the build's missing code is the root: a reinstall reading that names no CUDA comes after it
-    diagnosis.rank = family("torch-build").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "torch-build")

@@ -16,8 +16,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.fixes import cuda_wheel_for
-from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _text, rule
 
 
 # the GPU seen but unused, in words
@@ -61,5 +60,4 @@ def pre_turing_gpu_left_on_the_cpu(ctx: Context) -> Optional[Diagnosis]:
                  "torch.cuda.get_arch_list()", [fact], unused[:1] + new[:1], confirmed=False)
     # ahead of the CPU-only-torch reading of the same words: after an update on a pre-Turing GPU, a CUDA torch without
     # the GPU's code is what leaves it on the CPU, and a plain reinstall from the newest index repeats it
-    diagnosis.rank = family("torch-build").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "torch-build")

@@ -14,19 +14,13 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _text, rule
 
 
 _NO_IMAGE = re.compile(r"(?i)no kernel image is available for execution")
 _QUANTIZE = re.compile(r"(?i)\.quantize\(|\bcpm_kernels\b|quantization_bit|\bquantiz\w*\b.{0,40}\bchatglm|\bchatglm\w*\b.{0,80}"
                        r"(?:quantiz|int4|int8)|量化")
 _NEWEST = 86   # cpm_kernels' Makefile ends at sm_86
-
-
-def _ahead(diagnosis: Diagnosis) -> Diagnosis:
-    diagnosis.rank = family("arch-missing").rank - 1
-    return diagnosis
 
 
 @rule("gpu-unsupported")
@@ -41,12 +35,13 @@ def chatglm_quantize_kernels(ctx: Context) -> Optional[Diagnosis]:
     cc = int(arch[3:]) if arch and re.fullmatch(r"sm_\d+", arch) else None
     if cc is not None and cc > _NEWEST:
         # ahead of the torch arch reading of the same line: torch runs this GPU, the quantize kernels do not
-        return _ahead(_make("arch-missing", f"cpm_kernels' quantize kernels have no code for {arch}",
-                     f"quantize() loads int4 / int8 kernels that cpm_kernels precompiled up to sm_{_NEWEST}; this GPU is "
-                     f"{arch}, newer than that list",
-                     f"run the model unquantized (FP16/BF16, this GPU has the memory for more), or build cpm_kernels from "
-                     f"source with -gencode arch=compute_{cc},code=sm_{cc} added to its cuda/Makefile and reinstall it",
-                     [fact, ctx.line_fact(lines[0])], lines[:1]))
+        diagnosis = _make("arch-missing", f"cpm_kernels' quantize kernels have no code for {arch}",
+                          f"quantize() loads int4 / int8 kernels that cpm_kernels precompiled up to sm_{_NEWEST}; this GPU is "
+                          f"{arch}, newer than that list",
+                          f"run the model unquantized (FP16/BF16, this GPU has the memory for more), or build cpm_kernels from "
+                          f"source with -gencode arch=compute_{cc},code=sm_{cc} added to its cuda/Makefile and reinstall it",
+                          [fact, ctx.line_fact(lines[0])], lines[:1])
+        return _ahead_of(diagnosis, "arch-missing")
     said = f"this {arch} GPU" if cc is not None else "the GPU"
     return _make("gpu-unsupported", "the GPU is too old for ChatGLM's quantize() kernels",
                  "quantize() runs precompiled int4 / int8 kernels (through cpm_kernels) that have no code for "

@@ -9,8 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, rule, _text
 
 
 @dataclass(frozen=True)
@@ -78,8 +77,7 @@ def gpu_path_of_another_vendor(ctx: Context) -> Optional[Diagnosis]:
                       f"{row.gpu} only{metal}): run it on the CPU, {row.cpu_fix}; for a GPU, an NVIDIA card on "
                       f"Linux or Windows ({row.source})", other[:1], wants)
     # a reinstall of the CUDA wheel (the install readings) cannot help a machine without the card
-    diagnosis.rank = family("torch-build").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "torch-build")
 
 
 # an AMD GPU asked about in words ("does it support AMD GPUs?", "build steps for ROCm"), no card of either vendor shown
@@ -100,8 +98,7 @@ def _asked_about_amd(ctx: Context, row: OnlyOn, text: str) -> Optional[Diagnosis
                  + (f"on an AMD GPU under Linux: {row.amd}" if row.amd else f"run it on the CPU, {row.cpu_fix}")
                  + f" ({row.source})", [], said[:1], confirmed=False)
     # the tool has its own engine: torch's ROCm build (the install readings' answer to an AMD question) is not its path
-    diagnosis.rank = family("torch-build").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "torch-build")
 
 
 # a short ask for macOS itself: "macOS M series support", "any plan to support pip install on macos?"

@@ -8,8 +8,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _text, on_windows, rule
 
 
 # The CUDA major of CTranslate2's PyPI wheels by release: 3.x are CUDA 11 builds, 4.0.0 moved to CUDA 12 (CHANGELOG
@@ -71,8 +70,7 @@ def ctranslate2_cuda12_on_a_cuda11_driver(ctx: Context) -> Optional[Diagnosis]:
                       f"{_FIRST_CUDA12_DRIVER} or newer to run the CUDA 12 build", [ctx.line_fact(lines[0])],
                       lines[:1])
     # the driver reading of the same line (update the driver) is the other way out; the wheel's CUDA is the cause
-    diagnosis.rank = family("driver").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "driver")
 
 
 # Releases whose wheels broke on one platform, and the release that fixed them:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
 from steadytune.doctor.packages import distribution_of
 from steadytune.doctor.tool_fixes import tool_fix
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, on_windows, rule, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, on_windows, rule, _text
 from steadytune.doctor.rules.install.shared import _cuda_label, _table_fix, cuda_of_label
 
 
@@ -144,8 +143,7 @@ def engine_built_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
                       + (f" ({other})" if other else " (its release page lists builds per CUDA)"),
                       [ctx.line_fact(lines[0])], lines[:1])
     # the torch-build reading of the same line (torch not the build the engine needs) follows from this one
-    diagnosis.rank = family("torch-build").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "torch-build")
 
 
 # Windows PowerShell's own output (Invoke-WebRequest's fields, its prompt): a native Windows shell

@@ -14,7 +14,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _text, on_windows, rule
 
 # onnxruntime-gpu release (PyPI's build) -> (CUDA, cuDNN on Linux, cuDNN on Windows). 1.17 and 1.18 had CUDA 12 builds
 # on a separate feed; from 1.19 PyPI's is the CUDA 12 + cuDNN 9 build and the CUDA 11.8 + cuDNN 8 one is on the feed
@@ -264,5 +264,5 @@ def ort_program_without_cuda_provider(ctx: Context) -> Optional[Diagnosis]:
         "CUDAExecutionProvider", [ctx.line_fact(lines[0])], lines[:1], confirmed=not words)
     if words:
         # the program runs its models in onnxruntime, not torch: a torch reading of the same words comes after it
-        diagnosis.rank = family("torch-build").rank - 1
+        _ahead_of(diagnosis, "torch-build")
     return diagnosis

@@ -22,9 +22,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.install.framework_cuda_builds import _PADDLE_BUILDS, _pypi_cuda
-from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _first, _lines_matching, _make, _text, rule
 
 _INDEX = "https://www.paddlepaddle.org.cn/packages/stable"
 _WHL = "https://www.paddlepaddle.org.cn/whl/linux/mkl/avx/stable.html"
@@ -144,8 +143,7 @@ def paddle_for_a_newer_cuda_than_the_driver(ctx: Context) -> Optional[Diagnosis]
                  f"{pypi}: nvidia-smi's \"CUDA Version\" is the newest it runs)",
                  [ctx.line_fact(errors[0])], errors[:1])
     # the same line the driver's general reading covers: this one names the build, so it leads that reading
-    diagnosis.rank = family("driver").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "driver")
 
 
 # the CPU build listed by pip (paddlepaddle 3.1.0, paddlepaddle==3.1.0), and no paddlepaddle-gpu anywhere

@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _text, rule
 
 _UNDEFINED = re.compile(r"(?i)undefined symbol:?\s*_ZN\w*(?:at|c10|torch)\w*|\.so: undefined symbol\b")
 _CONDA_TORCH = re.compile(r"(?i)\bconda install\b[^\n]{0,60}\bpytorch\b|\bmamba install\b[^\n]{0,60}\bpytorch\b|"
@@ -44,5 +43,4 @@ def pip_torch_shadows_conda_torch(ctx: Context) -> Optional[Diagnosis]:
                       + ("; PYTHONNOUSERSITE=1 keeps ~/.local out meanwhile" if user_site else ""),
                       [ctx.line_fact(errors[0]), ctx.line_fact(said[0])], errors[:1] + said[:1])
     # it names why the extension's own reading (rebuild it for the installed torch) would not help: it leads that one
-    diagnosis.rank = family("abi-mismatch").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "abi-mismatch")

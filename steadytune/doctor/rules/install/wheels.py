@@ -7,7 +7,7 @@ import dataclasses
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import ErrorLine, family
+from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.facts import Fact
 from steadytune.doctor.fixes import rocm_indexes_for_torch
 from steadytune.doctor.packages import distribution_of, read_import_failure
@@ -16,6 +16,7 @@ from steadytune.doctor.rules.base import (
     on_windows,
     Context,
     Diagnosis,
+    _ahead_of,
     _first,
     _lines_matching,
     _make,
@@ -905,7 +906,7 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
         diagnosis = _make("wheel-platform", f"no {name} for this Python", cause, fix, [ctx.line_fact(errors[0])],
                           errors + ctx.of("torch-build"))
         if ctx.of("torch-build"):   # the CPU torch that followed is its symptom
-            diagnosis.rank = family("torch-build").rank - 1
+            _ahead_of(diagnosis, "torch-build")
         return diagnosis
     if not re.search(r"(?i)could not find a version|no matching distribution|from versions|not a supported wheel|"
                      r"no version of|is not available for|no wheels?\b|wheels? (?:for|is not)|requires a different "

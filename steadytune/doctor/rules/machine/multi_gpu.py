@@ -7,11 +7,10 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.collectives import (cumem_host_without_peer, nccl_shared_memory_said,
                                                  one_gpu_works_several_not, silent_after_the_ibverbs_warning,
                                                  tests_built_without_mpi, tests_crawl, trtllm_peer_access)
-from steadytune.doctor.rules.base import (_catalogue, _CONTAINED, Context, Diagnosis, _lines_matching, _make, _restate,
+from steadytune.doctor.rules.base import (_catalogue, _CONTAINED, Context, Diagnosis, _ahead_of, _lines_matching, _make, _restate,
                                           on_windows, rule, _text, _vendor)
 
 
@@ -412,8 +411,7 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
                           "the collective fails or hangs", "add iommu=pt (amd_iommu=on iommu=pt on AMD CPUs) to "
                           "GRUB_CMDLINE_LINUX_DEFAULT, sudo update-grub, reboot; until then NCCL_P2P_DISABLE=1 runs "
                           "without peer-to-peer", evidence + [ctx.line_fact(iommu[0])], errors + iommu)
-        diagnosis.rank = family("platform-bios").rank - 1
-        return diagnosis
+        return _ahead_of(diagnosis, "platform-bios")
     rendezvous = re.search(r"(?i)\[c10d\]|client socket has timed out|TCPStore|rendezvous|MASTER_ADDR", text)
     if (_CONTAINED.search(joined) or ctx.sheet.has("platform", "container")) and not rendezvous and \
             not re.search(r"--ipc[= ]host|--shm-size", joined) and not ctx.sheet.is_windows and _catalogue(errors) is None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import ErrorLine, family
-from steadytune.doctor.rules.base import (_arch_fact, _catalogue, Context, Diagnosis, _first, _lines_matching, _make,
-                                          on_windows, _restate, rule, _vendor, WINDOWS_WORD)
+from steadytune.doctor.error_lines import ErrorLine
+from steadytune.doctor.rules.base import (_ahead_of, _arch_fact, _catalogue, Context, Diagnosis, _first, _lines_matching,
+                                          _make, on_windows, _restate, rule, _vendor, WINDOWS_WORD)
 from steadytune.doctor.rules.runtime.shared import _text_of
 
 
@@ -78,8 +78,7 @@ def _head_dim_backward(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagno
                           "python -c \"import torch; print(torch.version.cuda)\"") + "), or keep torch and turn SDPA's flash backend off "
                           "for training: torch.backends.cuda.enable_flash_sdp(False) before the model runs",
                           [ctx.line_fact(said[0])], said)
-        diagnosis.rank = family("arch-missing").rank - 1
-        return diagnosis
+        return _ahead_of(diagnosis, "arch-missing")
     diagnosis = _make("attention", f"flash-attn 1.x trains head dims above 64 only on an A100 / H100{on}",
                       "FlashAttention 1.x runs the backward pass (training) of a head dim above 64 only on sm80 / sm90 "
                       "GPUs (A100, H100: their larger shared memory); the forward pass (inference) runs on this GPU",
@@ -88,8 +87,7 @@ def _head_dim_backward(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagno
                       "1.x, train only a model whose head dim is 64 or less, or train on an A100 / H100 (inference "
                       "runs here as is)", [ctx.line_fact(said[0])], said)
     # the arch reading of the same line (rebuild flash-attn for this GPU) cannot add shared memory
-    diagnosis.rank = family("arch-missing").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "arch-missing")
 
 
 # flash-attn's TORCH_CHECK of the GPU's arch before its forward pass: "Expected is_sm90 || is_sm8x || is_sm75 to be
@@ -484,5 +482,4 @@ def flash_attn_broken_on_a_gpu_it_cannot_run(ctx: Context) -> Optional[Diagnosis
                       "own attention; load it with attn_implementation=\"sdpa\" (or \"eager\") where it asks for "
                       "flash_attention_2, and take the model's code from a release that does not require flash_attn",
                       [ctx.line_fact(said[0])], said)
-    diagnosis.rank = family("abi-mismatch").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "abi-mismatch")

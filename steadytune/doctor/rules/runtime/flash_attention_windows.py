@@ -15,8 +15,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, on_windows, rule, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, on_windows, rule, _text
 
 _ASKED = re.compile(r"(?i)FlashAttention ?2? has been toggled on|flash_attention_2|use_flash_attention_2|"
                     r"attn_implementation\W{0,3}flash")
@@ -53,5 +52,4 @@ def flash_attention_on_windows(ctx: Context) -> Optional[Diagnosis]:
                       "flash-attn wheel whose cpXY tag, torch and CUDA match the app's own Python and torch, with that "
                       "Python's pip and --no-deps", [], asked[:1])
     # ahead of the general flash-attn readings (attention.py: install it / build it), which assume a Linux wheel
-    diagnosis.rank = family("attention").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "attention")

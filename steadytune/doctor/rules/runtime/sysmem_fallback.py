@@ -14,8 +14,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.error_lines import family
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _text, rule
 
 
 # the shared GPU memory itself, named (Task Manager's "Shared GPU memory", 共享GPU内存 / 共享显存)
@@ -58,5 +57,4 @@ def windows_sysmem_fallback(ctx: Context) -> Optional[Diagnosis]:
                  [], (shared or short)[:1] + slow[:1], confirmed=False)
     # ahead of the general "ran out of memory" reading of the same words: the crawl says the memory did not run out,
     # it spilled (that reading's smaller batch is the second step of this fix)
-    diagnosis.rank = family("out-of-memory").rank - 1
-    return diagnosis
+    return _ahead_of(diagnosis, "out-of-memory")
