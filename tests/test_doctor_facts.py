@@ -53,6 +53,22 @@ def test_gpus_by_name_pci_id_and_laptop_suffix_give_their_arch():
     assert [f.line_no for f in sheet.of("gpu")][:2] == [1, 2]
 
 
+@pytest.mark.parametrize("line, name, arch", [
+    ("two NVIDIA P40 cards in the server", "NVIDIA P40", "sm_61"),         # a Tesla named without "Tesla"
+    ("training hangs on 4x RTX 5000 Ada (no NVLink)", "RTX 5000 Ada", "sm_89"),
+    ("cuda init fails on an RTX 6000 PRO Blackwell", "RTX 6000 PRO", "sm_120"),
+    ("GPU: Radeon R9700 AI PRO 32GB", "Radeon R9700", "gfx1201"),        # AMD's name in another word order
+    ("my old vega56 is not found", "vega56", "gfx900"),
+    ("an old Tesla C2070 in the box", "Tesla C2070", "sm_20"),           # Fermi
+])
+def test_workstation_data_centre_and_legacy_cards_named_loosely_give_their_arch(line, name, arch):
+    assert [(f.value, f.detail) for f in extract_facts(line).of("gpu")] == [(name, arch)]
+
+
+def test_a_bare_number_like_a_card_is_not_one():
+    assert extract_facts("set the pump to GP-40 and the preset to RTX 6000").of("gpu") == []
+
+
 def test_platforms_and_where_a_variable_was_set():
     sheet = extract_facts('OS: Windows 11 + WSL2 Ubuntu 24.04\nmine is 6.6.87.2-microsoft-standard-WSL2.\n'
                           'root@101acc334128:/var/lib/jenkins# /opt/rocm-5.2.0/bin/rocminfo\n'

@@ -54,7 +54,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"MI50|MI60|Radeon (Pro )?VII|Vega 20", "gfx906"),
     # Polaris 22 (Radeon RX Vega M, in Intel's Kaby Lake-G) is a GFX8 chip (pci.ids: Polaris 22 [Radeon RX Vega M GH/GL])
     Product(r"Polaris 22|\bVega M(?: ?G[HL])?\b", "gfx803", source=PCI_IDS),
-    Product(r"MI25|Vega ?10|Vega (56|64)|Radeon RX Vega", "gfx900"),
+    Product(r"MI25|Vega ?10|Vega ?(56|64)\b|Radeon RX Vega", "gfx900"),
     Product(r"MI[68]\b|Fiji|FURY|R9 Nano|Polaris|RX [45][4-9]0\b", "gfx803"),
     Product(r"Tonga|Antigua|R9 (?:285|380)X?\b", "gfx802", source=LLVM_TABLE),
     Product(r"Hawaii|Grenada|R9 (?:290|390)X?\b", "gfx702", source=LLVM_TABLE),
@@ -66,7 +66,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"Pitcairn|Curacao|Cape Verde|HD 7[78][5-9]0\b|R7 370\b|R9 270X?\b", "gfx601", source=LLVM_TABLE),
     Product(r"\bOland\b|\bHainan\b|\bSun (?:XT|PRO|LE)\b|HD 8[5-7]\d0[AM]\b|R7 240\b|R5 M2[34]0\b|R5 M330\b", "gfx602", source=LLVM_TABLE + "; " + PCI_IDS),
     # AMD Radeon PRO / Radeon AI PRO (RDNA)
-    Product(r"AI PRO R9[67]00", "gfx1201"),
+    Product(r"AI PRO R9[67]00|\bR9[67]00 AI PRO|Radeon R9[67]00\b", "gfx1201"),
     Product(r"PRO V710", "gfx1101"),
     Product(r"W7900|W7800", "gfx1100"),
     Product(r"W7700", "gfx1101"),
@@ -103,13 +103,13 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"GB10\b|DGX Spark", "sm_121", source=NVIDIA_CC),
     # Jetson Thor (T5000/T4000): compute capability 11.0 since CUDA 13 (CUDA 12.8/12.9 called it sm_101)
     Product(r"Jetson (?:AGX )?Thor|Jetson T[45]000|\bAGX Thor\b", "sm_110", source=NVIDIA_CC),
-    Product(r"RTX 50\d0|RTX PRO 6000", "sm_120", source=NVIDIA_CC),
+    Product(r"RTX 50[5-9]0|RTX PRO [2-6]000|RTX 6000 PRO", "sm_120", source=NVIDIA_CC),
     Product(r"H200|GH200", "sm_90", peak_bf16_tflops=989.4, source=NVIDIA_CC),
     Product(r"H100.*PCIe", "sm_90", peak_bf16_tflops=756.5, source=NVIDIA_CC),
     Product(r"H100|H800", "sm_90", peak_bf16_tflops=989.4, source=NVIDIA_CC),
     Product(r"L40S", "sm_89", peak_bf16_tflops=362.1, source=NVIDIA_CC),
     Product(r"RTX 4090", "sm_89", peak_bf16_tflops=165.2, source=NVIDIA_CC),
-    Product(r"L40|L4\b|(?<!Quadro )RTX 40\d0|RTX 6000 Ada|Ada Generation", "sm_89", source=NVIDIA_CC),
+    Product(r"L40|L4\b|(?<!Quadro )RTX 40\d0|RTX [2-6]000 Ada|RTX 5880 Ada|Ada Generation", "sm_89", source=NVIDIA_CC),
     Product(r"A100|A800", "sm_80", peak_bf16_tflops=312.0, source=NVIDIA_CC),
     Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0, source=NVIDIA_CC),
     Product(r"A10G?\b|A40\b|RTX 30\d0|RTX A\d000", "sm_86", source=NVIDIA_CC),
@@ -117,7 +117,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0|MX ?[45]50\b", "sm_75", source=NVIDIA_CC),
     Product(r"V100|TITAN V", "sm_70", source=NVIDIA_CC),
     Product(r"P100\b", "sm_60", source=NVIDIA_CC),
-    Product(r"GTX 10[5-8]0|TITAN Xp|TITAN X \(Pascal\)|Tesla P(?:40|4)\b|Quadro P\d{3,4}|MX ?[1-3]50\b|GT 1030", "sm_61",
+    Product(r"GTX 10[5-8]0|TITAN Xp|TITAN X \(Pascal\)|Tesla P(?:40|4)\b|(?<![\w-])P40\b|Quadro P\d{3,4}|MX ?[1-3]50\b|GT 1030", "sm_61",
             source=NVIDIA_CC),
     # the mobile Maxwell Quadros on GM107/GM108 are first-generation Maxwell, 5.0, not the desktop M-series' 5.2
     Product(r"Quadro M(?:500|600|1000|2000)M\b|Quadro M(?:520|620|1200)\b", "sm_50", source=NVIDIA_CC),
@@ -130,6 +130,8 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"Tesla K(?:40|20)|Quadro K(?:5200|6000)\b|GTX 780|GTX TITAN\b(?! X)|GT 730", "sm_35", source=NVIDIA_CC),
     Product(r"GTX 6[5-9]0|GTX 7[67]0|Quadro K(?:4[02]00|5000|2000D?|600|420)\b|Tesla K10\b|GRID K520|GT 7[34]0M\b", "sm_30", source=NVIDIA_CC),
     # Tesla-generation GeForce (NVIDIA's legacy CUDA GPU table: GeForce 210, GT 220, GT 240 are 1.2)
+    # Fermi (the same legacy table: Tesla C2050 / C2070 / C2075, M2050-M2090 and GTX 470-580 are 2.0)
+    Product(r"Tesla [CM]20[5-9][05]\b|GTX [45][78]0\b", "sm_20", source=NVIDIA_CC + " (legacy GPUs)"),
     Product(r"GeForce 210\b|GT 2[24]0\b", "sm_12", source=NVIDIA_CC + " (legacy GPUs)"),
 )
 

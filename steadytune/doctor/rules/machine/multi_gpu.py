@@ -503,7 +503,10 @@ def multi_gpu(ctx: Context) -> Optional[Diagnosis]:
     if set(consumer) == {"sm_120"} and not _NCCL_VERSION.search(joined) and not any(
             re.match(r"2\.(?:[7-9]|\d\d)\b", f.value) for f in ctx.sheet.of("torch")):
         return None   # Blackwell cards with no NCCL or torch release said: arch/nccl.py's reading (too old for sm_120)
-    if consumer and not re.search(r"(?i)\b(?:A100|H100|H200|L40|A40|A6000|RTX A|RTX PRO|W7\d00|MI\d+)", named):
+    # the workstation cards (RTX A6000, RTX 5000 / 5880 / 6000 Ada, RTX PRO, Radeon PRO W7x00) share a consumer arch
+    # but not its missing peer path
+    if consumer and not re.search(r"(?i)\b(?:A100|H100|H200|L40|A40|A6000|RTX A|RTX PRO|W7\d00|MI\d+)|"
+                                  r"\bRTX [2-6]\d{3} (?:Ada|PRO)\b", named):
         return _make("multi-gpu-transport", "consumer GPUs without working peer-to-peer",
                      f"these are consumer cards ({', '.join(dict.fromkeys(consumer))}): PCIe peer-to-peer between them "
                      "is missing or broken on desktop boards, and NCCL/RCCL hang or fail when they pick it",
