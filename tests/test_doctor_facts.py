@@ -237,3 +237,13 @@ def test_a_programs_own_release_beside_rocm_is_no_rocm_release():
     assert extract_facts("koboldcpp rocm 1.74 on Windows 11, Radeon 760M").values("rocm") == []
     assert extract_facts("ROCm 1.9.2 with an RX 480").values("rocm") == ["1.9"]
     assert extract_facts("rocm 7.11 nightly wheels").values("rocm") == ["7.11"]
+
+
+def test_workstation_ada_cards_are_not_read_as_consumer_cards_without_peer_to_peer():
+    workstation = diagnose_text("all_reduce hangs with NCCL on 4x RTX 4500 Ada (PCIe, no NVLink)\n"
+                                "RuntimeError: NCCL error: unhandled cuda error").top
+    consumer = diagnose_text("all_reduce hangs with NCCL on 2x RTX 4090 (PCIe)\n"
+                             "RuntimeError: NCCL error: unhandled cuda error").top
+    assert workstation is not None and consumer is not None
+    assert workstation.family == consumer.family == "multi-gpu-transport"
+    assert "consumer" in consumer.cause and "consumer" not in workstation.cause
