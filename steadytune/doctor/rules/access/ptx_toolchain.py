@@ -46,7 +46,10 @@ _PROGRAM = re.compile(r"(?i)\bfauxpilot\b|\[FT\]\[(?:ERROR|WARNING|INFO)\]|faste
 # conda's cudatoolkit releases (defaults and conda-forge): a numba user keeps the driver and takes the newest one it runs
 # The exact oldest Linux x86_64 driver of each CUDA minor's GA release, where the release notes' table ("CUDA Toolkit
 # and Corresponding Driver Versions", as copied on blog.csdn.net/ytomc/article/details/122805982 for 9.0-11.6; the
-# 12.6.3 and 13.0.0 manifests of vector-lens name 560.28.03 and 580.65.06) was read; other minors keep the branch only
+# 12.6.3 and 13.0.0 manifests of vector-lens name 560.28.03 and 580.65.06) was read; other minors keep the branch only.
+# Checked v20: every value below matches the GA row of a copy of the CUDA 13.2 Update 2 release notes' Table 3
+# (docs.nvidia.com/cuda/cuda-toolkit-release-notes, Linux x86_64 column; 11.0 is its "11.0.2 GA" row, the 11.0.1 RC row
+# reads 450.36.06)
 _LEAST_LINUX_DRIVER = {(9, 0): "384.81", (9, 1): "390.46", (9, 2): "396.26", (10, 0): "410.48", (10, 1): "418.39",
                        (10, 2): "440.33", (11, 0): "450.51.05", (11, 1): "455.23", (11, 2): "460.27.03",
                        (11, 3): "465.19.01", (11, 4): "470.42.01", (11, 5): "495.29.05", (11, 6): "510.39.01",

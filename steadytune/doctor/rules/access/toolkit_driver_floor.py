@@ -13,7 +13,16 @@ niuzhiheng/caffe#33, where a 340.xx driver fixed CUDA 6.5 on a Tesla K10).
 Checked round 19: 7.0 / 7.5 / 8.0 GA1 / 8.0 GA2 against copies of NVIDIA's release-notes table (the CUDA 11.x notes'
 "CUDA Toolkit and Corresponding Driver Versions", Linux x86_64 column: 346.46, 352.31, 367.48, 375.26); CUDA 6.5's
 "340.xx" against gist.github.com/andyneff/6c56cf62596ba60a91930276bda23f47. A precise 6.5 floor such as 340.29 (the
-driver bundled with the 6.5 installer) was not checked against a source, so only the 340 branch is named."""
+driver bundled with the 6.5 installer) was not checked against a source, so only the 340 branch is named.
+
+Checked v20 against a copy of the CUDA 13.2 Update 2 release notes' Table 3 "CUDA Toolkit and Corresponding Driver
+Versions" (docs.nvidia.com/cuda/cuda-toolkit-release-notes, Linux x86_64 column): 7.0 >=346.46, 7.5 >=352.31, 8.0
+>=367.48 / GA2 >=375.26, and the rows this rule reads from ptx_toolchain's _LEAST_LINUX_DRIVER (9.0-11.6, 12.6 GA
+>=560.28.03, 13.0 GA >=580.65.06) and cuda_builds' _CUDA_MIN_DRIVER branches (11.8 GA >=520.61.05, 12.4 GA >=550.54.14,
+12.8 GA >=570.26, 12.9 GA >=575.51.03, ...) all match. That table starts at 7.0, so CUDA 6.5 is not in it. 340.29 for
+6.5 is still not checked against a source (none found in v20's look-ups; one secondary table, blog.csdn.net/
+yumin1058882119/article/details/106900592, citing Rogue Wave, gives ">= 340.21", which disagrees with 340.29 as the
+floor), so the rule keeps naming the 340 branch only."""
 
 from __future__ import annotations
 
@@ -23,6 +32,8 @@ from typing import Optional
 from steadytune.doctor.rules.arch.cuda_builds import _CUDA_MIN_DRIVER
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, on_windows, rule
 
+# 7.0-8.0: the release notes' driver table (checked v20); 6.5: not checked against a source: the branch only ("6.5 |
+# 340.xx" in andyneff's gist; no source found for 340.29 as the exact floor)
 _OLDER_TOOLKITS = {(6, 5): "340", (7, 0): "346.46", (7, 5): "352.31", (8, 0): "367.48 (375.26 for 8.0 GA2)"}
 _INSUFFICIENT = re.compile(r"(?i)CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver|"
                            r"CUDA_ERROR_INSUFFICIENT_DRIVER")

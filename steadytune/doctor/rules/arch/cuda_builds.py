@@ -153,7 +153,10 @@ def _listed_cuda_archs(ctx: Context) -> set[str]:
 
 
 # The oldest Linux driver branch of each CUDA toolkit (NVIDIA's CUDA Toolkit release notes, table "CUDA Toolkit and
-# Minimum Required Driver Version"): code a toolkit compiles to PTX loads only on a driver at least this new
+# Minimum Required Driver Version"): code a toolkit compiles to PTX loads only on a driver at least this new. Checked
+# v20 against a copy of the CUDA 13.2 Update 2 release notes' Table 3 "CUDA Toolkit and Corresponding Driver Versions":
+# each branch is that of its minor's GA row, e.g. 11.8 GA >=520.61.05, 12.4 GA >=550.54.14, 12.8 GA >=570.26,
+# 13.0 GA >=580.65.06 (12.7 has no row: there was no CUDA 12.7)
 _CUDA_MIN_DRIVER = {(11, 0): 450, (11, 1): 455, (11, 2): 460, (11, 3): 465, (11, 4): 470, (11, 5): 495, (11, 6): 510,
                     (11, 7): 515, (11, 8): 520, (12, 0): 525, (12, 1): 530, (12, 2): 535, (12, 3): 545, (12, 4): 550,
                     (12, 5): 555, (12, 6): 560, (12, 8): 570, (12, 9): 575, (13, 0): 580}
