@@ -46,7 +46,9 @@ _VULKAN = ("update to a current Ollama and run it on its Vulkan backend, which s
            "passed in, not the :rocm one)")
 
 # The ROCm image's tag is <version>-rocm (ollama/ollama#12774's title names 0.12.5-rocm and 0.12.3-rocm, #738
-# 0.1.23-rocm); 0.12.4-rocm itself was not checked against a source (Docker Hub's tag list was not reachable here).
+# 0.1.23-rocm). Checked v20: ollama/ollama's .github/workflows/release.yaml at tag v0.12.4 pushes each release twice,
+# docker-merge-push with suffix ['', '-rocm'] and docker/metadata-action's type=semver,pattern={{version}}, so the v0.12.4
+# release publishes ollama/ollama:0.12.4-rocm (read from the workflow; Docker Hub's tag list itself was not reachable).
 # Ollama's versions as users write them: "0.12.5-rocm", "v0.12.6-rc0", "ollama version is 0.12.3", "ollama:0.12.5"
 _VERSION = re.compile(r"(?i)(?:\bv|\bollama(?: version(?: is)?)?[: ]\s*v?|\b)(0\.\d{1,2}\.\d{1,2})(?:-rc\d+|-rocm)?\b")
 _FAILS = re.compile(r"(?i)runner crashed|failure during GPU discovery|timed out waiting for (?:the )?llama runner|"
