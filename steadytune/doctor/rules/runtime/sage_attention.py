@@ -24,14 +24,19 @@ _TOO_OLD = re.compile(r"(?i)sage-?attention\w*\W{0,3}(?:is )?not new enough|cann
                       r"Unsupported CUDA architecture\W{0,3}sm_?\d+")
 # a GPU newer than the wheel installed (Blackwell consumer cards: sm_120)
 _BLACKWELL = re.compile(r"(?i)\bRTX ?50[5-9]0(?: ?Ti)?\b|\bsm_?12\d\b|\bCompute Capability 12\b|\bBlackwell\b")
-# torch's release, for the triton-windows pin (torch 2.6 -> triton 3.2, 2.7 -> 3.3, 2.8 -> 3.4, 2.9 -> 3.5)
+# torch's release, for the triton-windows pin (torch 2.6 -> triton 3.2, 2.7 -> 3.3, 2.8 -> 3.4, 2.9 -> 3.5, 2.10 -> 3.6)
 _TORCH = re.compile(r"(?i)\btorch(?:==|\s+|\s*version:?\s*)v?2\.(\d+)")
 # torch 2.N -> the triton-windows bound. Checked round 19: torch 2.6 ships Triton 3.2 (woct0rdho/triton-windows#50,
 # torch's build matrix: 2.6.0 -> triton 3.2.0); triton-windows' v3.6.0-windows.post24 release notes ("Triton 3.6 only
 # works with PyTorch >= 2.10 ... pip install -U "triton-windows<3.7""), the same one-minor-per-torch step; 2.7 -> <3.4,
 # 2.8 -> <3.5, 2.9 -> <3.6 as installers pin them (e.g. a ComfyUI setup script's spec_por_torch table, and
-# Wildminder/AI-windows-whl's answer that torch 2.8 needs triton 3.4), not from a table of the maintainer's own
-_TRITON_FOR_TORCH = {6: "3.3", 7: "3.4", 8: "3.5", 9: "3.6"}
+# Wildminder/AI-windows-whl's answer that torch 2.8 needs triton 3.4), not from a table of the maintainer's own.
+# Checked v20 against the maintainer's own table: woct0rdho/triton-windows README.md ("Each PyTorch minor version is
+# only guaranteed to work with a specific Triton minor version": 2.4 and 2.5 -> 3.1, 2.6 -> 3.2, 2.7 -> 3.3, 2.8 -> 3.4,
+# 2.9 -> 3.5, 2.10 -> 3.6; its install line for 3.6 is pip install -U "triton-windows<3.7"), so each pin below is the
+# next minor after torch's Triton; 2.10 added from the same table (2.4 / 2.5 -> <3.2 left out: whether triton-windows
+# 3.1 wheels are on PyPI was not checked)
+_TRITON_FOR_TORCH = {6: "3.3", 7: "3.4", 8: "3.5", 9: "3.6", 10: "3.7"}
 
 
 @rule("attention")

@@ -7,7 +7,7 @@ running the package's environment.bat; FramePack#105, triton-windows' maintainer
 system\\python\\python.exe -m pip install -U "triton-windows<3.3" for its torch 2.6, and the include and libs folders
 of its Python version copied into system\\python\\ so Triton can compile; FramePack#59: the package's environment.bat
 sets up its own Python). The torch-to-triton-windows pins are checked in runtime/sage_attention.py (_TRITON_FOR_TORCH,
-round 19)."""
+round 19; v20 against woct0rdho/triton-windows' README table, torch 2.6 -> Triton 3.2, 2.7 -> 3.3, 2.8 -> 3.4)."""
 
 from __future__ import annotations
 
