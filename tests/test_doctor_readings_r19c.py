@@ -45,10 +45,11 @@ READINGS = [
     ("Tesla M60 (SM_52), fp16 STFT in a vocoder:\nRuntimeError: cuFFT doesn't support signals of half type with "
      "compute capability less than SM_53, but the device containing input half tensor only has SM_52",
      "gpu-unsupported", ["too old", "5.3", "full precision"]),
-    # ChatGLM2 int8 on a GTX 1070
-    ("ChatGLM2-6B on a GTX 1070: model = AutoModel.from_pretrained(path, trust_remote_code=True).quantize(8).cuda()\n"
+    # ChatGLM2 int8 on a Maxwell card (compute capability 5.2, under the kernels' sm_61 floor; a GTX 10xx at 6.1 has
+    # code in them: cpm_kernels' cuda/Makefile and ChatGLM's embedded fatbin carry sm_61 to sm_86 cubins)
+    ("ChatGLM2-6B on a GTX 980: model = AutoModel.from_pretrained(path, trust_remote_code=True).quantize(8).cuda()\n"
      "RuntimeError: CUDA Error: no kernel image is available for execution on the device", "gpu-unsupported",
-     ["Volta", "without quantize()"]),
+     ["6.1", "without quantize()"]),
     # the same quantize on an H100: above cpm_kernels' list
     ("H100 80GB, chatglm quantize(4)\n  File \".../cpm_kernels/library/cuda.py\", line 216, in checkCUStatus\n"
      "RuntimeError: CUDA Error: no kernel image is available for execution on the device", "arch-missing",
@@ -109,6 +110,9 @@ NEGATIVES = [
     # a floor met: the device above the stated one
     ("RuntimeError: cuFFT doesn't support signals of half type with compute capability less than SM_53, but the device "
      "containing input half tensor only has SM_61", "too old for the operation"),
+    # an Ada card runs the kernels' sm_86 / sm_80 cubins (same major, higher minor): not "newer than the list"
+    ("RTX 4090, chatglm quantize(4)\nRuntimeError: CUDA Error: no kernel image is available for execution on the device",
+     "quantize kernels have no code"),
     # no kernel image without quantize is torch's arch reading, not ChatGLM's kernels
     ("RTX 5090, torch 2.3.1+cu121\nRuntimeError: CUDA error: no kernel image is available for execution on the device",
      "quantize()"),
