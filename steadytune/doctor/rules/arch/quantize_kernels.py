@@ -9,8 +9,8 @@ Facts: cpm_kernels' cuda/Makefile (OpenBMB/cpm_kernels, checked v20 at its last 
 fatbin with -gencode arch=compute_XX,code=sm_XX for sm_61, sm_62, sm_70, sm_72, sm_75, sm_80 and sm_86 only: cubins, no
 PTX. ChatGLM's quantization.py carries its own such fatbin (the bz2 / base64 quantization_code it loads through
 cpm_kernels' LazyKernelCModule); decoded in v20 (the copy in Tongjilibo/bert4torch's quantizers/
-quantizer_cpm_kernels.py, the same string as ChatGLM's) it holds the same seven ELF cubins (sm_61, 62, 70, 72, 75, 80,
-86) and no PTX. A cubin runs on its own major at the same or a higher minor (CUDA's binary compatibility), so the code
+quantizer_cpm_kernels.py, whose string begins as the ChatGLM quantization.py copies in the code index do) it
+holds the same seven ELF cubins (sm_61, 62, 70, 72, 75, 80, 86) and no PTX. A cubin runs on its own major at the same or a higher minor (CUDA's binary compatibility), so the code
 covers 6.1-6.2, 7.x and 8.x (an sm_87 Orin or sm_89 Ada card runs the sm_86 / sm_80 cubins) and nothing of 9.0 or later
 or under 6.1; this matches the BMInf maintainers' floor of 6.1 for cpm_kernels (OpenBMB/BMInf#29). ChatGLM3#695's
 maintainer said the card was too old and named a Volta-generation GPU as the floor; the build files put it lower, at
