@@ -69,7 +69,7 @@ READINGS = [
      "attribute 'fft'", "wheel-platform", ["pip uninstall", "cupy-cuda12x"]),
     # ColossalAI's message in another run
     ("colossalai 0.1.8, torch 1.11+cu113. Training with MoE prints: if you want to activate cuda mode for moe, please "
-     "install with cuda_ext!", "torch-build", ["colossalai.org/download", "CUDA_EXT=1"]),
+     "install with cuda_ext!", "torch-build", ["colossalai.org/download", "NO_CUDA_EXT=1"]),   # 0.1.x: built by default
     # a system cuDNN in a CUDA 12 toolkit folder shadowing pip's, another library of the set
     ("Could not load library libcudnn_ops_train.so.8. Error: /usr/local/cuda-12.1/lib64/libcudnn_ops_train.so.8: "
      "undefined symbol: _ZN5cudnn3ops18DropoutForwardInternalEv, version libcudnn_ops_infer.so.8\nRuntimeError: GET "

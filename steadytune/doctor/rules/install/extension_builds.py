@@ -3,8 +3,9 @@ their CUDA kernels only where the CUDA toolkit (nvcc, CUDA_HOME) is there at ins
 without them, silently or with a warning; the import of the compiled module then fails. It reads the module's name
 against a table of such packages and answers with the toolkit and the package's own build switch.
 
-Sources: ColossalAI's README (CUDA kernels built at install with CUDA_EXT=1, later BUILD_EXT=1; otherwise built at
-first use, which needs the toolkit too; hpcaitech/ColossalAI#1773); GroundingDINO's README (CUDA_HOME must be set
+Sources: ColossalAI's README and setup.py (CUDA kernels built at install by default in 0.1.x-0.2.0, with CUDA_EXT=1 in
+0.2.1-0.3.4, with BUILD_EXT=1 from 0.3.5, February 2024: setup.py read at each tag in v20; otherwise built at first
+use, which needs the toolkit too; hpcaitech/ColossalAI#1773); GroundingDINO's README (CUDA_HOME must be set
 before the install, else it runs without its _C ops); detectron2's and PyTorch3D's install notes (FORCE_CUDA=1);
 mmcv's install guide (MMCV_WITH_OPS=1; mmcv-lite has no ops); Deformable DETR's and Mask2Former's ops/make.sh."""
 
@@ -23,9 +24,9 @@ class ExtensionBuild(NamedTuple):
 
 
 _BUILDS = (
-    ExtensionBuild("colossalai", r"colossal_C|colossalai\._C(?:\.\w+)?", "CUDA_EXT=1 pip install . in the ColossalAI "
-                   "checkout (BUILD_EXT=1 in releases from 2024), or let its kernels build at first use, which needs "
-                   "the same toolkit"),
+    ExtensionBuild("colossalai", r"colossal_C|colossalai\._C(?:\.\w+)?", "BUILD_EXT=1 pip install . in the ColossalAI "
+                   "checkout (0.3.5 and later; CUDA_EXT=1 for 0.2.1 to 0.3.4; 0.1.x and 0.2.0 build them by default "
+                   "once the toolkit is there), or let its kernels build at first use, which needs the same toolkit"),
     ExtensionBuild("GroundingDINO", r"groundingdino\._C", "pip install --no-build-isolation -e . in the GroundingDINO "
                    "checkout (CUDA_HOME set first, or it installs without its ops)"),
     ExtensionBuild("detectron2", r"detectron2\._C", "FORCE_CUDA=1 pip install --no-build-isolation "
