@@ -7,7 +7,8 @@ Three ways a paste shows that the torch under a program is the CPU build, where 
 - openai-whisper's own warning "FP16 is not supported on CPU; using FP32 instead": whisper loads the model on "cuda"
   when torch.cuda.is_available(), else on the CPU, and warns when fp16 is asked of the CPU (openai/whisper,
   whisper/transcribe.py); with no driver error beside it, the likely cause is a CPU torch (pip install openai-whisper
-  on Windows pulls PyPI's CPU-only torch);
+  on Windows pulls PyPI's CPU-only torch: pytorch/pytorch.github.io PR 757, PyPI's Windows wheels are the CPU build;
+  checked v20);
 - a torch program (openai-whisper, YOLO, a voice-conversion web UI, "pytorch: Version: 2.0.1") said in words not to
   load, invoke or use the GPU, beside an NVIDIA GPU or no GPU named at all.
 

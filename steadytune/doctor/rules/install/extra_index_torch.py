@@ -8,6 +8,14 @@ Facts: pip's documentation of --extra-index-url (all indexes are equal, no prior
 confusion"); pytorch.org's previous-versions page (which releases each cuNNN index carries); pytorch.org's Get Started
 (PyPI's Windows torch wheel is the CPU build). h2ogpt#890 (Windows, requirements with the cu117 extra index, "No GPU";
 fixed by installing the +cu117 torch from that index first).
+
+Checked v20: pip gives the extra index no priority: pip's "Finding Packages" docs, clarified by pypa/pip PR 12587 ("DOC:
+Clarify lack of index priority": --index-url and --extra-index-url are both just places to look, with no priority
+ordering between them), and pypa/pip#8606 (the maintainers: "treating all indexes as equal is by design"; pip takes the
+best candidate across all of them, the behaviour behind dependency confusion, pypa/pip PR 13611's warning on
+--extra-index-url). PyPI's Windows torch wheels are the CPU build: pytorch/pytorch.github.io PR 757 (malfet: "Windows CPU
+only wheels are available on PyPI", so Get Started's Windows CPU command needs no index) and pytorch/pytorch#131731
+(malfet: plain `pip3 install torch` on Windows gives the CPU 2.4.0).
 """
 
 from __future__ import annotations
