@@ -96,7 +96,7 @@ def xformers_built_for(text: str, windows: bool) -> Optional[tuple[str, str, str
     what = f"xformers is built for torch {built}{'+' + built_tag if built_tag else ''}, torch is {have}+{have_tag}"
     why = (f"xformers' compiled kernels were built against torch {built}{'+' + built_tag if built_tag else ''} and "
            f"load only beside it; the installed torch is {have}+{have_tag}, so xformers runs without them (or fails)")
-    # (PyPI's Windows torch is the CPU build: pytorch/pytorch.github.io PR 757, checked v20; see install/extra_index_torch.py)
+    # (PyPI's Windows torch is the CPU build: pytorch/pytorch.github.io PR 757, checked v20)
     plain = (" (a plain pip install torch takes PyPI's build, the CPU-only one on Windows: name the index)"
              if windows else "")
     if _release_of(built) > have_release and built_tag and built_tag.startswith("cu"):

@@ -655,7 +655,7 @@ def toolkit_beside_a_cpu_torch(ctx: Context) -> Optional[Diagnosis]:
     else:
         arch, _fact = ctx.arch()
         index = _cuda_index_for_driver(ctx, arch)
-    # (PyPI's Windows torch is the CPU build: pytorch/pytorch.github.io PR 757, checked v20; see install/extra_index_torch.py)
+    # (PyPI's Windows torch is the CPU build: pytorch/pytorch.github.io PR 757, checked v20)
     return _make("torch-build", "pip's torch on Windows is the CPU-only build",
                  "torch.cuda.is_available() is False because the torch pip installed on Windows is PyPI's CPU-only "
                  "build; torch's CUDA builds bring their own CUDA runtime, so the CUDA toolkit on the machine is "
