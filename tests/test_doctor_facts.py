@@ -60,6 +60,8 @@ def test_gpus_by_name_pci_id_and_laptop_suffix_give_their_arch():
     ("GPU: Radeon R9700 AI PRO 32GB", "Radeon R9700", "gfx1201"),        # AMD's name in another word order
     ("my old vega56 is not found", "vega56", "gfx900"),
     ("an old Tesla C2070 in the box", "Tesla C2070", "sm_20"),           # Fermi
+    ("NCCL hangs on 2x RTX 4500 Ada", "RTX 4500 Ada", "sm_89"),         # NVIDIA's cuda-gpus page: 8.9
+    ("an RTX PRO 4500 Blackwell in the workstation", "RTX PRO 4500", "sm_120"),
 ])
 def test_workstation_data_centre_and_legacy_cards_named_loosely_give_their_arch(line, name, arch):
     assert [(f.value, f.detail) for f in extract_facts(line).of("gpu")] == [(name, arch)]

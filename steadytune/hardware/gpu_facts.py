@@ -103,13 +103,18 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"GB10\b|DGX Spark", "sm_121", source=NVIDIA_CC),
     # Jetson Thor (T5000/T4000): compute capability 11.0 since CUDA 13 (CUDA 12.8/12.9 called it sm_101)
     Product(r"Jetson (?:AGX )?Thor|Jetson T[45]000|\bAGX Thor\b", "sm_110", source=NVIDIA_CC),
-    Product(r"RTX 50[5-9]0|RTX PRO [2-6]000|RTX 6000 PRO", "sm_120", source=NVIDIA_CC),
+    # checked v20 against developer.nvidia.com/cuda-gpus: RTX PRO 6000 (Server, Workstation, Max-Q), 5000, 4500, 4000
+    # (and SFF) and 2000 Blackwell and GeForce RTX 5050-5090 are 12.0 (RTX PRO 4500 added: the row missed it)
+    Product(r"RTX 50[5-9]0|RTX PRO (?:[2-6]000|4500)|RTX 6000 PRO", "sm_120", source=NVIDIA_CC),
     Product(r"H200|GH200", "sm_90", peak_bf16_tflops=989.4, source=NVIDIA_CC),
     Product(r"H100.*PCIe", "sm_90", peak_bf16_tflops=756.5, source=NVIDIA_CC),
     Product(r"H100|H800", "sm_90", peak_bf16_tflops=989.4, source=NVIDIA_CC),
     Product(r"L40S", "sm_89", peak_bf16_tflops=362.1, source=NVIDIA_CC),
     Product(r"RTX 4090", "sm_89", peak_bf16_tflops=165.2, source=NVIDIA_CC),
-    Product(r"L40|L4\b|(?<!Quadro )RTX 40\d0|RTX [2-6]000 Ada|RTX 5880 Ada|Ada Generation", "sm_89", source=NVIDIA_CC),
+    # checked v20 against developer.nvidia.com/cuda-gpus: RTX 6000, 5000, 4500, 4000, 4000 SFF and 2000 Ada are 8.9 (RTX
+    # 4500 Ada added: the row missed it unless "Ada Generation" followed). The RTX 5880 Ada is not on that page: not
+    # checked against a source (an Ada card, so 8.9 by its architecture)
+    Product(r"L40|L4\b|(?<!Quadro )RTX 40\d0|RTX (?:[2-6]000|4500) Ada|RTX 5880 Ada|Ada Generation", "sm_89", source=NVIDIA_CC),
     Product(r"A100|A800", "sm_80", peak_bf16_tflops=312.0, source=NVIDIA_CC),
     Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0, source=NVIDIA_CC),
     Product(r"A10G?\b|A40\b|RTX 30\d0|RTX A\d000", "sm_86", source=NVIDIA_CC),
@@ -117,6 +122,7 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0|MX ?[45]50\b", "sm_75", source=NVIDIA_CC),
     Product(r"V100|TITAN V", "sm_70", source=NVIDIA_CC),
     Product(r"P100\b", "sm_60", source=NVIDIA_CC),
+    # (a bare "P40" is the Tesla P40, 6.1 in NVIDIA's legacy table, developer.nvidia.com/cuda-legacy-gpus; checked v20)
     Product(r"GTX 10[5-8]0|TITAN Xp|TITAN X \(Pascal\)|Tesla P(?:40|4)\b|(?<![\w-])P40\b|Quadro P\d{3,4}|MX ?[1-3]50\b|GT 1030", "sm_61",
             source=NVIDIA_CC),
     # the mobile Maxwell Quadros on GM107/GM108 are first-generation Maxwell, 5.0, not the desktop M-series' 5.2
@@ -130,7 +136,10 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"Tesla K(?:40|20)|Quadro K(?:5200|6000)\b|GTX 780|GTX TITAN\b(?! X)|GT 730", "sm_35", source=NVIDIA_CC),
     Product(r"GTX 6[5-9]0|GTX 7[67]0|Quadro K(?:4[02]00|5000|2000D?|600|420)\b|Tesla K10\b|GRID K520|GT 7[34]0M\b", "sm_30", source=NVIDIA_CC),
     # Tesla-generation GeForce (NVIDIA's legacy CUDA GPU table: GeForce 210, GT 220, GT 240 are 1.2)
-    # Fermi (the same legacy table: Tesla C2050 / C2070 / C2075, M2050-M2090 and GTX 470-580 are 2.0)
+    # Fermi (the same legacy table: Tesla C2050 / C2070 / C2075, M2050-M2090 and GTX 470-580 are 2.0). Checked v20 against
+    # copies of NVIDIA's older cuda-gpus table (2.0: GTX 590, 580, 570, 480, 470, 465, Tesla C2075, C2050/C2070,
+    # M2050/M2070/M2075/M2090; 2.1: GTX 560 Ti, 550 Ti, 460, so those stay out); today's legacy page, as stored here,
+    # was not read down to its 2.x rows
     Product(r"Tesla [CM]20[5-9][05]\b|GTX [45][78]0\b", "sm_20", source=NVIDIA_CC + " (legacy GPUs)"),
     Product(r"GeForce 210\b|GT 2[24]0\b", "sm_12", source=NVIDIA_CC + " (legacy GPUs)"),
 )
