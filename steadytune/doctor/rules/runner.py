@@ -34,6 +34,7 @@ import steadytune.doctor.rules.arch.ollama_rocm_drops  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.slurm_devices  # noqa: E402,F401
+import steadytune.doctor.rules.access.container_ldconfig  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_devices  # noqa: E402,F401
 import steadytune.doctor.rules.arch.source_builds  # noqa: E402,F401
