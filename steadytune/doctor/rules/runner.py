@@ -75,6 +75,7 @@ import steadytune.doctor.rules.access.udocker_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.toolkit_checks  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
+import steadytune.doctor.rules.access.wsl_container_init  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_image_libs  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_features  # noqa: E402,F401
