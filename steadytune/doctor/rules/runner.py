@@ -80,6 +80,7 @@ import steadytune.doctor.rules.access.wsl_image_libs  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_features  # noqa: E402,F401
 import steadytune.doctor.rules.access.app_drivers  # noqa: E402,F401
+import steadytune.doctor.rules.access.validated_drivers  # noqa: E402,F401
 import steadytune.doctor.rules.access.toolkit_driver_floor  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_packages  # noqa: E402,F401
