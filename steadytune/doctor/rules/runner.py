@@ -240,6 +240,7 @@ import steadytune.doctor.rules.machine.ray_nccl  # noqa: E402,F401
 import steadytune.doctor.rules.machine.nccl_watchdog_faults  # noqa: E402,F401
 import steadytune.doctor.rules.machine.model_split  # noqa: E402,F401
 import steadytune.doctor.rules.machine.hybrid_graphics  # noqa: E402,F401
+import steadytune.doctor.rules.machine.vulkan_device_select  # noqa: E402,F401
 import steadytune.doctor.rules.machine.windows_nccl  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.deepspeed_devices  # noqa: E402,F401
