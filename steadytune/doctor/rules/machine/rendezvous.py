@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import _ahead_of, Context, Diagnosis, _first, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import _CONTAINED, _ahead_of, Context, Diagnosis, _first, _lines_matching, _make, _text, rule
 
 _THIRTY_MINUTES = re.compile(r"(?i)\b30 ?(?:minutes|mins?)\b|\bhalf an hour\b|30 ?分钟|半小时|Timeout\(ms\)=1800000\b|"
                              r"\btimeout=1800\b|\b1800 ?(?:s|seconds)\b")
@@ -268,10 +268,11 @@ def _multi_node_error_said(ctx: Context) -> Optional[Diagnosis]:
                  "the nodes share> (ip -br addr)", [], _lines_matching(ctx, _NODES)[:1], confirmed=False)
 
 
-# NCCL's own failure codes and words (ncclInternalError, ncclSystemError, ncclRemoteError, "NCCL error ... internal
-# error", "unhandled system error")
-_NCCL_FAILED = re.compile(r"(?i)(?<![A-Za-z])nccl(?:Internal|System|Remote|Unhandled\w*)Error\b|NCCL error\b.{0,80}\b(?:internal|"
-                          r"system|remote) error|unhandled (?:system|cuda) error")
+# NCCL's internal / remote failure codes and words (ncclInternalError, ncclRemoteError, "NCCL error ... internal
+# error"); a system error between nodes ("unhandled system error") is multi_gpu's node reading, which also reads sockets
+# and containers
+_NCCL_FAILED = re.compile(r"(?i)(?<![A-Za-z])nccl(?:Internal|Remote)Error\b|NCCL error\b.{0,80}\b(?:internal|remote) "
+                          r"error")
 
 
 def _multi_node_nccl_error(ctx: Context) -> Optional[Diagnosis]:
@@ -299,7 +300,11 @@ def _multi_node_nccl_error(ctx: Context) -> Optional[Diagnosis]:
         "a list such as ^docker0,lo excludes the bridges) - in a DeepSpeed hostfile run put it in ~/.deepspeed_env so "
         "every node gets it - and rerun with NCCL_DEBUG=INFO (its NET/Socket line names the interface used)"
         + ("; with InfiniBand keep NCCL_IB_DISABLE=0 and name the card in NCCL_IB_HCA=mlx5_0 (ibv_devinfo lists it)"
-           if ib else ""), [], said[:1]), "multi-gpu-transport")
+           if ib else "")
+        + ("; each node in a container: run the containers with --network=host (a bridge network gives each a "
+           "private address the other node cannot reach)" if _CONTAINED.search(text) or
+           re.search(r"/opt/conda/lib/python|\bnvcr\.io/|/workspace/", text) else ""), [], said[:1]),
+        "multi-gpu-transport")
 
 
 _NO_LIBUV = re.compile(r"(?i)(?:use_)?libuv (?:was |is )?requested but (?:PyTorch|torch) (?:was |is )?buil[dt] "
