@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from steadytune.doctor.fixes import rocm_index_for
-from steadytune.doctor.rules.base import (Context, Diagnosis, _cuda_index_for_driver, _first, _lines_matching, _make,
+from steadytune.doctor.rules.base import (Context, Diagnosis, _ahead_of, _cuda_index_for_driver, _first, _lines_matching, _make,
                                           on_windows, rule, _text, _vendor)
 
 
@@ -236,7 +236,12 @@ def torch_installed_beside_the_app(ctx: Context) -> Optional[Diagnosis]:
     if arch is None and re.search(r"(?i)\bRTX\s?50\d0\b|\bRTX 5000 series\b|\bBlackwell\b", text):
         arch = "sm_120"
     url = _index_url(_cuda_index_for_driver(ctx, arch))
-    return _make(
+    # torch's own refusal of the arch beside the user's install of a build that has it: settled
+    refused = bool(re.search(r"(?i)not compatible with the current PyTorch installation|no kernel image is available",
+                             text))
+    # ahead of the architecture reading of the same error: the build that carries the arch is already installed, in
+    # the wrong Python
+    return _ahead_of(_make(
         "env-not-applied", f"the new torch went into another Python, not {app.name}'s own",
         f"{app.name} starts on the Python of its own install, not on conda's or the system's, so a torch installed "
         "there (the newer build the GPU needs) never reaches it and the app keeps its old torch",
@@ -244,4 +249,4 @@ def torch_installed_beside_the_app(ctx: Context) -> Optional[Diagnosis]:
         f"torchvision torchaudio --index-url {url} (the same command with {python.split()[0]}, not conda's or the "
         f"system's pip); update {app.name} itself too; then {python.split()[0]} -c \"import torch; "
         "print(torch.__version__, torch.cuda.get_arch_list())\" must list the GPU's sm_ value",
-        [], elsewhere[:1], confirmed=False)
+        [], elsewhere[:1], confirmed=refused), "arch-missing")
