@@ -164,6 +164,8 @@ def cdi_hook_failed(ctx: Context) -> Optional[Diagnosis]:
     text = _text(ctx)
     if not _CDI_NVIDIA.search(text) or _STALE.search(text):
         return None
+    if re.search(r"(?i)nvidia-container-cli|nvml error|driver not loaded|unknown device", text):
+        return None   # the runtime's error names its own cause (the driver, a device): those readings
     said = _lines_matching(ctx, _HOOK_FAILED)
     if not said:
         return None

@@ -286,6 +286,8 @@ def _multi_node_nccl_error(ctx: Context) -> Optional[Diagnosis]:
         return None
     if re.search(r"\bNCCL_SOCKET_IFNAME\s*=", text):
         return None   # already set: the socket readings (_socket_interface) read its value
+    if re.search(r"(?i)\bsocket\w*|\bconnect\w*|\brecv\b|timed? ?out", text):
+        return None   # the socket's own failure shown: multi_gpu's network readings (IB, interface, firewall)
     said = _lines_matching(ctx, _NCCL_FAILED)
     if not said:
         return None
