@@ -298,6 +298,16 @@ KNOWN_MISSES = {
                                                   "the paste shows only the cu117 extra index, and that index carried "
                                                   "several torch releases (doctor names the class: torch==<release>"
                                                   "+cu117 from that index alone)",
+    # round 20 (r20b): a release only the thread names; a label apart from its twins
+    "https://github.com/verl-project/verl/issues/161": "the fix is the maintainer's Ray upgrade (2.40); the paste names "
+                                                       "neither Ray nor its release, only NCCL's duplicate GPU, which "
+                                                       "doctor reads as the ranks' device binding (its catalogue "
+                                                       "entry)",
+    "https://github.com/NVlabs/nvdiffrast/issues/26": "docker's 'could not select device driver \"\" with "
+                                                      "capabilities: [[gpu]]' is labelled driver here and "
+                                                      "device-access in its 16 training twins for the same fix, "
+                                                      "which doctor already gives (nvidia-container-toolkit, "
+                                                      "restart docker)",
 }
 
 

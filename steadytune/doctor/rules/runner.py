@@ -33,6 +33,8 @@ import steadytune.doctor.rules.arch.ggml_prebuilt  # noqa: E402,F401
 import steadytune.doctor.rules.arch.ollama_rocm_drops  # noqa: E402,F401
 import steadytune.doctor.rules.access.container_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.access.kubernetes_gpus  # noqa: E402,F401
+import steadytune.doctor.rules.access.slurm_devices  # noqa: E402,F401
+import steadytune.doctor.rules.access.container_ldconfig  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_hooks  # noqa: E402,F401
 import steadytune.doctor.rules.access.enroot_devices  # noqa: E402,F401
 import steadytune.doctor.rules.arch.source_builds  # noqa: E402,F401
@@ -73,10 +75,12 @@ import steadytune.doctor.rules.access.udocker_gpus  # noqa: E402,F401
 import steadytune.doctor.rules.access.toolkit_checks  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_tools  # noqa: E402,F401
+import steadytune.doctor.rules.access.wsl_container_init  # noqa: E402,F401
 import steadytune.doctor.rules.access.wsl_image_libs  # noqa: E402,F401
 import steadytune.doctor.rules.access.cuda_python  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_features  # noqa: E402,F401
 import steadytune.doctor.rules.access.app_drivers  # noqa: E402,F401
+import steadytune.doctor.rules.access.validated_drivers  # noqa: E402,F401
 import steadytune.doctor.rules.access.toolkit_driver_floor  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver  # noqa: E402,F401
 import steadytune.doctor.rules.access.driver_packages  # noqa: E402,F401
@@ -233,6 +237,10 @@ import steadytune.doctor.rules.machine.peer_access  # noqa: E402,F401
 import steadytune.doctor.rules.machine.numa_balancing  # noqa: E402,F401
 import steadytune.doctor.rules.machine.multi_gpu  # noqa: E402,F401
 import steadytune.doctor.rules.machine.ray_nccl  # noqa: E402,F401
+import steadytune.doctor.rules.machine.nccl_watchdog_faults  # noqa: E402,F401
+import steadytune.doctor.rules.machine.model_split  # noqa: E402,F401
+import steadytune.doctor.rules.machine.hybrid_graphics  # noqa: E402,F401
+import steadytune.doctor.rules.machine.vulkan_device_select  # noqa: E402,F401
 import steadytune.doctor.rules.machine.windows_nccl  # noqa: E402,F401
 import steadytune.doctor.rules.machine.launchers  # noqa: E402,F401
 import steadytune.doctor.rules.machine.deepspeed_devices  # noqa: E402,F401

@@ -111,12 +111,14 @@ def _made_with(ctx: Context, text: str) -> tuple[Optional[tuple[int, int]], str]
 
 def _driver_runs(text: str) -> tuple[Optional[tuple[int, int]], Optional[int]]:
     """The newest CUDA the driver runs (nvidia-smi's CUDA Version, else its branch, else its JIT's ISA), and its branch."""
-    said = re.search(r"CUDA Version:?\s*(\d+\.\d+)", text)
+    # nvidia-smi's header, or the user's words for it ("my GPU's CUDA (11.6)", "the driver supports CUDA 11.4")
+    said = re.search(r"CUDA Version:?\s*(\d+\.\d+)|(?i:\b(?:GPU'?s|driver'?s|nvidia-smi'?s?) CUDA\b(?: version)?\W{0,3}"
+                     r"(\d+\.\d+)|\bdriver (?:only )?supports? (?:up to )?CUDA\W{0,3}(\d+\.\d+))", text)
     branch = re.search(r"(?i)Driver Version:?\s*(\d{3})\.|NVIDIA-SMI (\d{3})\.\d+|\bnvidia-driver-(\d{3})\b|"
                        r"\bdriver (?:version )?(\d{3})\.\d+", text)
     number = int(next(g for g in branch.groups() if g)) if branch else None
     if said:
-        return _cuda(said.group(1)), number
+        return _cuda(next(g for g in said.groups() if g)), number
     if number:
         return max((c for c, b in _DRIVER_FOR_CUDA if b <= number), default=None), number
     jit = _JIT_ISA.search(text)
@@ -162,6 +164,26 @@ def _conda_for(runs: tuple[int, int]) -> str:
     return f"conda install -c conda-forge \"cuda-version={_said(runs)}\" cuda-nvrtc"
 
 
+# numba's link step (its LinkerError, "Call to cuLinkAddData results in", a numba path in the frames)
+_NUMBA = re.compile(r"(?i)\bnumba(?:[_-]cuda)?\b|Call to cuLink\w* results in|\bLinkerError\b")
+
+
+def _numba_mvc(text: str, made: Optional[tuple[int, int]], runs: Optional[tuple[int, int]]) -> Optional[str]:
+    """numba on CUDA 12 links through pynvjitlink, which brings CUDA Minor Version Compatibility: a 12.x toolkit's PTX
+    runs under any 12.x driver without a driver update (numba's "CUDA Minor Version Compatibility" page: pip install
+    --extra-index-url https://pypi.nvidia.com pynvjitlink-cu12 on Linux, not on Windows; numba-cuda's
+    cudadrv/nvjitlink setup reads config.CUDA_ENABLE_PYNVJITLINK, then NUMBA_CUDA_ENABLE_PYNVJITLINK). Only where both
+    the toolkit and the driver are (or may be) CUDA 12: across a major release only the driver helps."""
+    if not _NUMBA.search(text) or (made and made[0] != 12) or (runs and runs[0] != 12):
+        return None
+    return ("keep the driver and let numba link through nvJitLink (CUDA minor version compatibility, Linux): in the "
+            "Python the job really runs (which python in the job script), pip install numba-cuda pynvjitlink-cu12 "
+            "(--extra-index-url https://pypi.nvidia.com where pip finds no pynvjitlink-cu12), then "
+            "export NUMBA_CUDA_ENABLE_PYNVJITLINK=1 (or from numba import config; config.CUDA_ENABLE_PYNVJITLINK = True "
+            "before the first kernel); an error that still reads the old ptxas version comes from another environment "
+            "than the one you installed into")
+
+
 @rule("driver")
 def ptx_newer_than_the_driver(ctx: Context) -> Optional[Diagnosis]:
     """The driver's JIT refusing PTX from a newer CUDA: the driver's age, not the GPU's architecture."""
@@ -190,6 +212,9 @@ def ptx_newer_than_the_driver(ctx: Context) -> Optional[Diagnosis]:
               "update the NVIDIA driver (on the host of a container, not inside it) until nvidia-smi's 'CUDA Version' "
               "is at least the CUDA the program was built with")
     keep = f"; or keep {driver} and use {_keep_the_driver(ctx, text, runs)}" if runs else ""
+    mvc = _numba_mvc(text, made, runs)
+    if mvc:
+        update, keep = mvc, f"; or {update}" + keep
     return _make("driver", f"the NVIDIA driver is older than the CUDA that made the PTX"
                  + (f" ({_said(made)})" if made else ""),
                  cause + " (CUDA_ERROR_UNSUPPORTED_PTX_VERSION)", update + keep, [], refused or jit)

@@ -771,6 +771,25 @@ def _past_the_release_said(fix: str, tool: Optional[str], ctx: Context) -> str:
                                          f"({major}.{minor + 1} or later)", 1)
 
 
+# a hosted notebook whose image ships one torch and whose user picks the GPU from a short list (Kaggle's accelerator
+# setting or machine_shape, Colab's runtime type); both offer the T4 (sm_75), which every current CUDA build carries
+_HOSTED = re.compile(r"(?i)\bkaggle\b|\bcolab\b|machine_shape")
+
+
+def _hosted_accelerator(ctx: Context, arch: str, fix: str) -> str:
+    """On Kaggle or Colab a GPU the image's torch left out (Pascal's P100 under a cu128 torch: torch 2.8 and newer)
+    is best changed for the T4 the platform offers (Kaggle's maintainer on kaggle-cli#1151: request a T4 instead, or
+    install a Pascal-capable torch yourself); the legacy build stays the second way."""
+    m = re.fullmatch(r"sm_(\d+)", arch)
+    if not m or int(m.group(1)) > 70 or not _HOSTED.search(_text(ctx)):
+        return fix
+    where = ("Kaggle: the notebook's Accelerator setting, or machine_shape \"NvidiaTeslaT4\" in kernel-metadata.json"
+             if re.search(r"(?i)\bkaggle\b|machine_shape", _text(ctx)) else
+             "Colab: Runtime > Change runtime type > T4 GPU")
+    return (f"switch the notebook to a T4 accelerator ({where}): the T4 is sm_75, which the image's torch carries; "
+            f"or keep this GPU and {fix}")
+
+
 def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
     sheet = ctx.sheet
     # (torchvision named beside it on a Jetson: its pytorch.org build is no answer there either)
@@ -791,7 +810,8 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
         if own:
             return _past_the_release_said(own, tool, ctx)
         # a build of the user's own (an extension, a CMake or cargo project): its knob, for every GPU it runs on
-        return rebuild_for(ctx, arch) or _cuda_index_for_driver(ctx, arch)
+        fix = rebuild_for(ctx, arch) or _cuda_index_for_driver(ctx, arch)
+        return _hosted_accelerator(ctx, arch, fix)
     value, caveat = override_value(arch, tool)
     if sheet.has("layout", "therock"):
         return (f"the multi-arch torch wheel carries no GPU kernels by itself: install its device package from the same "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from steadytune.doctor.fixes import rocm_index_for
-from steadytune.doctor.rules.base import (Context, Diagnosis, _cuda_index_for_driver, _first, _lines_matching, _make,
+from steadytune.doctor.rules.base import (Context, Diagnosis, _ahead_of, _cuda_index_for_driver, _first, _lines_matching, _make,
                                           on_windows, rule, _text, _vendor)
 
 
@@ -71,6 +71,10 @@ APPS = (
         "fish-speech install_env.bat (stable): torch==2.3.1, torchvision==0.18.1, torchaudio==2.3.1 from whl/cu121 "
         "into fishenv\\env"),
     App("FramePack", r"(?i)\bFramePack\b", "", "", "", "cu126", "", "FramePack README: torch from whl/cu126"),
+    # Applio's Windows install (run-install.bat) makes an env folder that run-applio.bat starts; its maintainer's
+    # command for another torch there is "env\python -m pip install ..." (IAHispano/Applio#969)
+    App("Applio", r"(?i)\bApplio\b|run-applio", "", r"env\python", "", "", "",
+        "Applio's run-install.bat / run-applio.bat (env folder); IAHispano/Applio#969"),
     # (a manual ComfyUI install runs on whatever Python the user made for it: no path of its own to name)
     App("ComfyUI", r"(?i)\bComfy\s?UI\b", "", "", "", "", "",
         "ComfyUI README (manual install: torch from the GPU's index into the user's environment)"),
@@ -194,3 +198,55 @@ def cpu_torch_in_an_app(ctx: Context) -> Optional[Diagnosis]:
                                                         if blackwell else "") +
         (", then pip install -r requirements.txt (it keeps that torch)" if not own else "") +
         "; torch.cuda.is_available() must print True", [], said[:1]))
+
+
+# the user's own torch install, into another environment than the app's: conda / anaconda, a system pip, a venv
+_INSTALLED_ELSEWHERE = re.compile(r"(?i)\binstall(?:ed|ing)?\b.{0,40}\b(?:py)?torch\b.{0,40}\b(?:via|with|in|into|through|"
+                                  r"using|from)\s+(?:the\s+|my\s+|a\s+)?(?:ana|mini)?conda\b|\b(?:ana|mini)?conda\b"
+                                  r".{0,40}\binstall(?:ed)?\b.{0,40}\b(?:py)?torch\b|\binstall(?:ed|ing)?\b.{0,30}\b(?:py)?"
+                                  r"torch\b.{0,40}\b(?:globally|system[- ]wide|in my (?:own )?(?:venv|env(?:ironment)?|"
+                                  r"python))")
+# the app still failing: the GPU's architecture refused, the app not starting, the GPU not used
+_STILL_FAILS = re.compile(r"(?i)\bsm_\d{2,3}\b.{0,30}\b(?:error|not compatible|not supported)|no kernel image|"
+                          r"not (?:able|possible) to (?:start|run|launch)|(?:won'?t|does ?n[o']?t|can'?t|cannot|fails? to)"
+                          r" (?:start|launch|open|run)|not compatible with the current PyTorch|still (?:the )?(?:same )?"
+                          r"(?:error|fails?|crash)")
+
+
+@rule("env-not-applied")
+def torch_installed_beside_the_app(ctx: Context) -> Optional[Diagnosis]:
+    """A newer torch the user installed into another Python (conda, a system pip) while the app, which runs on its own
+    Python, keeps failing: the install never reached the app. Decided by: an app of the table with a Python of its
+    own on this platform, the user's words for the other install, and the app still failing. The torch build named
+    comes from the GPU (Blackwell: cu128) or the driver (_cuda_index_for_driver)."""
+    text = _text(ctx)
+    app = app_named(text)
+    if app is None:
+        return None
+    python = app_python(app, windows_paste(ctx, text))
+    elsewhere = _lines_matching(ctx, _INSTALLED_ELSEWHERE)
+    if python is None or not elsewhere or not _STILL_FAILS.search(text):
+        return None
+    if _vendor(ctx) == "amd":
+        return None   # an AMD GPU: the ROCm / ZLUDA readings of the app
+    arch, _ = ctx.arch()
+    said = re.search(r"(?i)\bsm_(\d{2,3})\b", text)
+    if arch is None and said:
+        arch = f"sm_{said.group(1)}"
+    if arch is None and re.search(r"(?i)\bRTX\s?50\d0\b|\bRTX 5000 series\b|\bBlackwell\b", text):
+        arch = "sm_120"
+    url = _index_url(_cuda_index_for_driver(ctx, arch))
+    # torch's own refusal of the arch beside the user's install of a build that has it: settled
+    refused = bool(re.search(r"(?i)not compatible with the current PyTorch installation|no kernel image is available",
+                             text))
+    # ahead of the architecture reading of the same error: the build that carries the arch is already installed, in
+    # the wrong Python
+    return _ahead_of(_make(
+        "env-not-applied", f"the new torch went into another Python, not {app.name}'s own",
+        f"{app.name} starts on the Python of its own install, not on conda's or the system's, so a torch installed "
+        "there (the newer build the GPU needs) never reaches it and the app keeps its old torch",
+        f"install the torch into {app.name}'s own Python, from its folder: {python} install --upgrade torch "
+        f"torchvision torchaudio --index-url {url} (the same command with {python.split()[0]}, not conda's or the "
+        f"system's pip); update {app.name} itself too; then {python.split()[0]} -c \"import torch; "
+        "print(torch.__version__, torch.cuda.get_arch_list())\" must list the GPU's sm_ value",
+        [], elsewhere[:1], confirmed=refused), "arch-missing")

@@ -46,6 +46,12 @@ _MOVED = re.compile(r"(?i)\b(?:reverse|swap|move|put|place)\w*\b.{0,60}\b(?:work
                     r"\b(?:works?|worked)\b")
 
 
+# torch 1.12.0 initialised CUDA inside `import torch` (its torch._prims import), so an assignment anywhere after the
+# import came too late, where 1.11 and 1.12.1 start CUDA lazily again (pytorch/pytorch#80876: the maintainers traced it,
+# the fix shipped in 1.12.1)
+_EAGER_RELEASE = re.compile(r"(?i)(?:\btorch\b|\bpytorch\b|\bversion\b|\[)\s*(?:==\s*)?v?1\.12(?:\.0)?(?!\.?\d)")
+
+
 @rule("env-not-applied")
 def visibility_set_after_cuda_started(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a visibility variable assigned from Python, and the user's word that the choice is ignored (the
@@ -74,14 +80,19 @@ def visibility_set_after_cuda_started(ctx: Context) -> Optional[Diagnosis]:
     amd = _vendor(ctx) == "amd" or name != "CUDA_VISIBLE_DEVICES"
     runtime = "HIP" if amd else "CUDA"
     setting = Fact("env", f"{name}={raw}", number, ctx.sheet.lines[number - 1].strip(), "python")
+    torch_1120 = bool(_EAGER_RELEASE.search(text)) or any(f.value.split("+")[0] == "1.12.0" for f in ctx.sheet.of("torch"))
+    eager = (" - and torch 1.12.0 itself initialised CUDA inside import torch (a regression), so on that release any "
+             "assignment after the import is too late" if torch_1120 else "")
+    release = ("upgrade to torch 1.12.1, which starts CUDA lazily again (pip install torch==1.12.1 with the same CUDA "
+               "build), or " if torch_1120 else "")
     return _first(_make(
         "env-not-applied", f"{name} is set from Python after {runtime} started",
         f"{runtime} reads {name} once, when the process first initialises the GPU: importing torch does not yet, but "
         "its first CUDA call does (torch.cuda.is_available(), device_count(), a .cuda(), or a library that calls them "
         "on import); an assignment after that only changes os.environ, so the process keeps every GPU and works on "
         "GPU 0" + (" (on the command line the variable is there before the process starts, which is why that works)"
-                   if command_line else ""),
-        f"set it before anything starts {runtime}: as the first lines of the entry script, before import torch (and "
+                   if command_line else "") + eager,
+        release + f"set it before anything starts {runtime}: as the first lines of the entry script, before import torch (and "
         f"before importing any module that imports torch): import os; os.environ[\"{name}\"] = \"{value}\"; then "
         f"import torch; or on the command line: {name}={value} python <script>.py; inside a process that has already "
         f"started {runtime}, choose the GPU with torch.cuda.set_device({index}) or torch.device(\"cuda:{index}\") "

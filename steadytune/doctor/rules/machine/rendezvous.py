@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import _CONTAINED, _ahead_of, Context, Diagnosis, _first, _lines_matching, _make, _text, rule
 
 _THIRTY_MINUTES = re.compile(r"(?i)\b30 ?(?:minutes|mins?)\b|\bhalf an hour\b|30 ?分钟|半小时|Timeout\(ms\)=1800000\b|"
                              r"\btimeout=1800\b|\b1800 ?(?:s|seconds)\b")
@@ -268,6 +268,47 @@ def _multi_node_error_said(ctx: Context) -> Optional[Diagnosis]:
                  "the nodes share> (ip -br addr)", [], _lines_matching(ctx, _NODES)[:1], confirmed=False)
 
 
+# NCCL's internal / remote failure codes and words (ncclInternalError, ncclRemoteError, "NCCL error ... internal
+# error"); a system error between nodes ("unhandled system error") is multi_gpu's node reading, which also reads sockets
+# and containers
+_NCCL_FAILED = re.compile(r"(?i)(?<![A-Za-z])nccl(?:Internal|Remote)Error\b|NCCL error\b.{0,80}\b(?:internal|remote) "
+                          r"error")
+
+
+def _multi_node_nccl_error(ctx: Context) -> Optional[Diagnosis]:
+    """NCCL failing on several nodes (multi-node said, or a hostfile) where the paste sets no socket interface: NCCL
+    picks the interface for its bootstrap and socket traffic itself (the first non-loopback one, docker0 and virtual
+    bridges included), and a node that picks one the other cannot reach fails the connection; the interface the nodes
+    share, named in NCCL_SOCKET_IFNAME on every node, is the first fix (NCCL's environment-variable docs:
+    NCCL_SOCKET_IFNAME; THUDM/VisualGLM-6B#203, the reporter's fix for ncclInternalError on two nodes)."""
+    text = _text(ctx)
+    if not (_NODES.search(text) or re.search(r"(?i)--hostfile|\bhostfile\b", text)):
+        return None
+    if re.search(r"\bNCCL_SOCKET_IFNAME\s*=", text):
+        return None   # already set: the socket readings (_socket_interface) read its value
+    if re.search(r"(?i)\bsocket\w*|\bconnect\w*|\brecv\b|timed? ?out", text):
+        return None   # the socket's own failure shown: multi_gpu's network readings (IB, interface, firewall)
+    said = _lines_matching(ctx, _NCCL_FAILED)
+    if not said:
+        return None
+    ib = re.search(r"(?i)\bInfiniBand\b|\bIB\b|\bRoCE\b|\bmlx5|NCCL_IB_", text)
+    return _ahead_of(_make(
+        "multi-gpu-transport", "NCCL between the nodes: no common network interface chosen",
+        "on several nodes NCCL opens its bootstrap and socket connections on an interface it picks by itself (the "
+        "first that is up: a docker0 bridge, a virtual or management interface), which the other node may not reach; "
+        "the connection then fails inside NCCL",
+        "set the interface the nodes share on every node before the launch: export NCCL_SOCKET_IFNAME=<interface> "
+        "(ip -br addr shows the one holding the address the nodes use to reach each other, e.g. eth0, ens..., ib0; "
+        "a list such as ^docker0,lo excludes the bridges) - in a DeepSpeed hostfile run put it in ~/.deepspeed_env so "
+        "every node gets it - and rerun with NCCL_DEBUG=INFO (its NET/Socket line names the interface used)"
+        + ("; with InfiniBand keep NCCL_IB_DISABLE=0 and name the card in NCCL_IB_HCA=mlx5_0 (ibv_devinfo lists it)"
+           if ib else "")
+        + ("; each node in a container: run the containers with --network=host (a bridge network gives each a "
+           "private address the other node cannot reach)" if _CONTAINED.search(text) or
+           re.search(r"/opt/conda/lib/python|\bnvcr\.io/|/workspace/", text) else ""), [], said[:1]),
+        "multi-gpu-transport")
+
+
 _NO_LIBUV = re.compile(r"(?i)(?:use_)?libuv (?:was |is )?requested but (?:PyTorch|torch) (?:was |is )?buil[dt] "
                        r"without libuv")
 
@@ -314,4 +355,5 @@ def rendezvous(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the store's libuv error, a loopback address refused between nodes, a run that works on one node
     and hangs on two, or a 30-minute wait while rank 0 preprocesses."""
     return (_store_without_libuv(ctx) or _port_taken(ctx) or _socket_interface(ctx) or _nccl_sockets_refused(ctx) or
-            _collective_timeout_while_preprocessing(ctx) or _watchdog_outwaited(ctx) or _multi_node_error_said(ctx))
+            _collective_timeout_while_preprocessing(ctx) or _watchdog_outwaited(ctx) or _multi_node_nccl_error(ctx) or
+            _multi_node_error_said(ctx))

@@ -19,11 +19,14 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule, _text, _vendor
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _first, _lines_matching, _make, rule, _text, _vendor
 
 # Ray's task API in the paste: its decorator, its init, a placement group, a framework driving it
 _RAY_TASKS = re.compile(r"@ray\.remote\b|\bray\.(?:init|get|remote)\b|\bray\.util\.placement_group\b|"
-                        r"\bplacement_group\(|\bimport ray\b|\bray\.(?:train|tune|serve)\b")
+                        r"\bplacement_group\(|\bimport ray\b|\bray\.(?:train|tune|serve)\b|"
+                        # a task's own failure as Ray reports it (ray::<actor>.<method>() in a RayTaskError, a Tune
+                        # trial's error), and Ray's libraries named in prose ("using Ray Tune")
+                        r"\bray::\w+|\bRayTaskError\b|\bray\.exceptions\b|(?i:\bRay (?:Tune|Train|Serve)\b)")
 # a GPU asked for: Ray's own argument in any of its forms (num_gpus=1, "num_gpus": 1, {"gpu": 1}, use_gpu=True)
 _RAY_ASKED = re.compile(r"\bnum_gpus\W{0,3}[:=]\s*[\"']?(?:0\.\d*[1-9]|[1-9])|\buse_gpu\s*=\s*True\b|"
                         r"[\"']gpu[\"']\s*:\s*[1-9]")
@@ -58,17 +61,21 @@ def _ray_without_num_gpus(ctx: Context, text: str) -> Optional[Diagnosis]:
         return None
     bundle = re.search(r"(?i)placement_group|PlacementGroupSchedulingStrategy|bundle", text)
     name = "HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES" if _vendor(ctx) == "amd" else "CUDA_VISIBLE_DEVICES"
-    return _make("visibility", "the Ray task asked for no GPU, so Ray gives it none",
+    # ahead of the visibility variables' own reading of "No CUDA GPUs are available": Ray set the variable, not the user
+    return _ahead_of(_make("visibility", "the Ray task asked for no GPU, so Ray gives it none",
                  f"Ray sets {name} in each task and actor to the GPUs that task requested with num_gpus; a task that "
                  "requests none gets an empty list and sees no GPU"
                  + ("; scheduling it into a placement group's bundle reserves the GPU but does not hand it to the task"
                     if bundle else ""),
-                 "request the GPU on the task itself: @ray.remote(num_gpus=1) (or f.options(num_gpus=1).remote(); an "
+                 ("a Tune trial gets GPUs only through its trainable's resources: tune.Tuner(tune.with_resources("
+                  "trainable, {\"gpu\": 1}), ...) (each trial then holds one GPU; fractions such as 0.5 share one); "
+                  if re.search(r"(?i)\btune\b|trial", text) else "")
+                 + "request the GPU on the task itself: @ray.remote(num_gpus=1) (or f.options(num_gpus=1).remote(); an "
                  "actor the same)" + (", with the placement group strategy as well, num_gpus no more than the "
                                       "bundle's GPU" if bundle else "")
                  + "; Ray Train: ScalingConfig(num_workers=..., use_gpu=True); Tune: tune.with_resources(trainable, "
                  "{\"gpu\": 1}); Serve: ray_actor_options={\"num_gpus\": 1}; then ray.get_gpu_ids() in the task lists "
-                 "it", [], said[:1])
+                 "it", [], said[:1]), "visibility")
 
 
 def _slurm_without_gres(ctx: Context, text: str) -> Optional[Diagnosis]:
