@@ -283,6 +283,7 @@ import steadytune.doctor.rules.runtime.cuda_notes  # noqa: E402,F401
 # round 20 (r20c): Python packages, wheels and extension builds
 import steadytune.doctor.rules.install.rosetta_python  # noqa: E402,F401
 import steadytune.doctor.rules.install.conda_cpu_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.ort_cudnn_pair  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 
