@@ -289,6 +289,7 @@ import steadytune.doctor.rules.machine.metal_wired_limit  # noqa: E402,F401
 import steadytune.doctor.rules.install.jax_cublas_pin  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmmlab_versions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.extension_source_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.msvc_range  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 
