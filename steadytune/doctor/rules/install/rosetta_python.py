@@ -39,6 +39,8 @@ def intel_python_on_apple_silicon(ctx: Context) -> Optional[Diagnosis]:
     intel = _lines_matching(ctx, _INTEL_REPORT)
     arm_only = _lines_matching(ctx, _ARM64_ONLY)
     no_mps = _lines_matching(ctx, _NO_MPS)
+    if not no_mps and re.search(r"(?is)mps\.is_available\(\)\W{0,20}\bFalse\b", text):
+        no_mps = _lines_matching(ctx, re.compile(r"mps\.is_available\(\)"))
     if not (arm_only or (intel and no_mps) or (intel and re.search(r"(?i)\bpip\b|wheel|No matching distribution", text))):
         return None
     lines = (arm_only or no_mps) + intel

@@ -22,7 +22,7 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _m
 
 _MAC = re.compile(r"(?i)\bMac ?(?:Studio|mini|Book\w*|Pro)\b|\bApple M[1-5]\b|(?<![\w])M[1-5] ?(?:Pro|Max|Ultra)\b|"
                   r"\bmacOS\b|\bApple silicon\b")
-_RUNNER = re.compile(r"(?i)\bmlx\b|LM ?Studio|llama\.cpp|\bollama\b|\bMetal\b")
+_RUNNER = re.compile(r"(?i)\bmlx(?:[_-]\w+)?\b|LM ?Studio|llama\.cpp|\bollama\b|\bMetal\b")
 _SLOW_ON_CPU = re.compile(r"(?i)GPU (?:usage|utili[sz]ation|load)\b.{0,30}(?:near |close to |almost |about )?0\s*%|"
                           r"(?:run|execut|load)\w*\b.{0,40}\bon (?:the )?CPU|\b(?:uselessly |very |extremely |painfully )"
                           r"slow\b|tokens?/s.{0,20}\b0\.\d")
