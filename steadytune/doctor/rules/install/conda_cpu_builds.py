@@ -16,10 +16,11 @@ from typing import Optional
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
 
 
-# conda's plan line: "  jaxlib   conda-forge/linux-64::jaxlib-0.4.4-cpu_py311h7146453_1", or a list's
-# "jaxlib 0.4.4 cpu_py311h7146453_1 conda-forge"
+# conda-forge's plan line: "  jaxlib   conda-forge/linux-64::jaxlib-0.4.4-cpu_py311h7146453_1", or a list's
+# "jaxlib 0.4.4 cpu_py311h7146453_1 conda-forge" (the pytorch channel's own py3.9_cpu_0 builds are chosen by its
+# cudatoolkit / pytorch-cuda pins instead: not this reading)
 _CPU_BUILD = re.compile(r"(?i)\b(jaxlib|pytorch|tensorflow(?:-base)?|libtorch|onnxruntime)(?:-|\s+)(\d[\w.]*)(?:-|\s+)"
-                        r"(?:py[\d.]+_)?cpu_?[\w]*")
+                        r"cpu_\w*")
 _WANTS_GPU = re.compile(r"(?i)\bcuda\b|\bgpu\b|cuda-nvcc|\bnvidia\b")
 _CONDA_COMMAND = re.compile(r"(?i)\b(?:conda|mamba|micromamba)\s+(?:install|create)\b[^\n]*")
 
@@ -37,8 +38,10 @@ def conda_took_the_cpu_build(ctx: Context) -> Optional[Diagnosis]:
         # the user's own command with the package asked for by its CUDA build (added where the command left it to a
         # dependency, as jax pulls jaxlib)
         words = command.group(0).split()
-        said = [w for w in words if re.fullmatch(re.escape(package) + r"(?:[=<>].*)?", w, re.I)]
-        words = [spec if w in said else w for w in words]
+        # a channel's name after -c / --channel is not the package ("-c pytorch")
+        said = [i for i, w in enumerate(words) if re.fullmatch(re.escape(package) + r"(?:[=<>].*)?", w, re.I)
+                and not (i and words[i - 1] in ("-c", "--channel"))]
+        words = [spec if i in said else w for i, w in enumerate(words)]
         if not said:
             words.insert(2, spec)
         line = " ".join(words)
@@ -48,6 +51,6 @@ def conda_took_the_cpu_build(ctx: Context) -> Optional[Diagnosis]:
         "torch-build", f"conda installed the CPU-only {package} build",
         f"conda-forge publishes {package} as CPU and CUDA builds under one name; the solver took the CPU one (its build "
         "string starts with cpu), so the GPU is never used",
-        f"ask for the CUDA build by its build string: {line} (conda's name=version=build spec; the plan must then show a "
+        f"conda chose the CPU build; ask for the CUDA build by its build string: {line} (conda's name=version=build spec; the plan must then show a "
         f"{package} build with cuda in its name); or conda remove {package} first, and check with conda list {package}",
         [ctx.line_fact(lines[0])], lines[:1]))

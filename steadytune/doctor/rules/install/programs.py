@@ -325,6 +325,8 @@ def gptq_release_before_the_torch(ctx: Context) -> Optional[Diagnosis]:
     release = _GPTQ_RELEASE.search(text)
     if not release or tuple(int(g) for g in release.groups()) >= _GPTQ_LAST:
         return None
+    if re.search(r"\bauto_gptq-[\d.]+\+cu\d{3}", text):
+        return None     # a wheel file of one CUDA pinned beside a torch of another: gptq_kernels_not_loaded's reading
     lines = _said(ctx, "not", _GPTQ_EXTENSION.pattern) + _lines_matching(ctx, _CUDART_MISSING)
     if not lines:
         return None
