@@ -97,5 +97,5 @@ def mmcv_ext_symbol(ctx: Context) -> Optional[Diagnosis]:
         "mmcv's _ext library misses a symbol: the mmcv build does not fit the installed torch and CUDA (a source build "
         "against another torch, a wheel of another index), or the release's own build was broken" + note,
         f"pip uninstall -y mmcv mmcv-full mmcv-lite; pip install {package}{pin} -f {_index(ctx, major)} (OpenMMLab's "
-        f"prebuilt wheel for this torch and CUDA; mim install \"{package}{pin}\" picks the same), then python -c "
+        f"prebuilt wheel for this torch and CUDA; mim install {package}{pin} picks the same), then python -c "
         "'import mmcv.ops' must load", [ctx.line_fact(lines[0])], lines[:1]))

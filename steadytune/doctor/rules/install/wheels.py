@@ -28,6 +28,7 @@ from steadytune.doctor.rules.install.shared import _MODULE_PACKAGES, _table_fix
 from steadytune.doctor.rules.install.hidden_imports import hidden_import
 from steadytune.doctor.rules.install.stale_install import leftover_package
 from steadytune.doctor.rules.install.torch_build import _AMD_MODEL, _BNB_NO_GPU, _gpu_left_idle, _NVIDIA_MODEL, _ON_CPU
+from steadytune.doctor.rules.install.spconv_builds import _torch_cuda as spconv_cuda, spconv_label
 
 
 _WHEEL = re.compile(r"(\S+?)-(\d[\w.+!]*)-(?:\d\w*-)?(cp\d+|py3\w*)-(\w+)-(\w+)\.whl")
@@ -933,6 +934,5 @@ def _per_cuda_package(ctx: Context, package: str) -> Optional[str]:
     """The per-CUDA PyPI name of spconv / cumm for the paste's CUDA (cumm -> cumm-cu114), or None."""
     if package not in ("cumm", "spconv"):
         return None
-    from steadytune.doctor.rules.install.spconv_builds import _torch_cuda as spconv_cuda, spconv_label
     label = spconv_label(spconv_cuda(ctx))
     return f"{package}-cu{label}" if label else None
