@@ -308,6 +308,14 @@ KNOWN_MISSES = {
                                                       "device-access in its 16 training twins for the same fix, "
                                                       "which doctor already gives (nvidia-container-toolkit, "
                                                       "restart docker)",
+    # round 20 (r20c): a build value and a toolkit release only the thread could know
+    "https://github.com/yangjianxin1/Firefly/issues/26": "the fix is bitsandbytes built from source with "
+                                                        "CUDA_VERSION=114 make cuda11x; the paste says CUDA 11.0 and "
+                                                        "shows the cuda110 library, so the 114 the reporter built "
+                                                        "with came from the thread alone",
+    "https://github.com/facebookresearch/sam2/issues/33": "the fix is the CUDA 12.1 toolkit matching torch's build; the "
+                                                         "paste is only pip's 'Failed building editable for SAM-2' "
+                                                         "and names no torch, CUDA or nvcc release",
 }
 
 

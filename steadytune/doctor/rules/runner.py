@@ -288,6 +288,16 @@ import steadytune.doctor.rules.runtime.jax_memory  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.sysmem_fallback  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.prefix_prefill  # noqa: E402,F401
 import steadytune.doctor.rules.runtime.cuda_notes  # noqa: E402,F401
+# round 20 (r20c): Python packages, wheels and extension builds
+import steadytune.doctor.rules.install.rosetta_python  # noqa: E402,F401
+import steadytune.doctor.rules.install.conda_cpu_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.ort_cudnn_pair  # noqa: E402,F401
+import steadytune.doctor.rules.arch.arch_list_beyond_nvcc  # noqa: E402,F401
+import steadytune.doctor.rules.machine.metal_wired_limit  # noqa: E402,F401
+import steadytune.doctor.rules.install.jax_cublas_pin  # noqa: E402,F401
+import steadytune.doctor.rules.install.openmmlab_versions  # noqa: E402,F401
+import steadytune.doctor.rules.arch.extension_source_builds  # noqa: E402,F401
+import steadytune.doctor.rules.install.msvc_range  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 

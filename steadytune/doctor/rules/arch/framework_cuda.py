@@ -122,3 +122,46 @@ def framework_cuda_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
         "the tested build configurations are at tensorflow.org/install/source#gpu; from 2.14 pip install -U "
         "\"tensorflow[and-cuda]\" brings them), instead of the one for CUDA " + version,
         [where, ctx.line_fact(errors[0])], errors))
+
+
+# a GeForce named by its number alone, as users write it ("supports 3090GPU", "my 4090 card"): its compute capability
+_BARE_GEFORCE = re.compile(r"(?i)(?<![\w.])(?:RTX\s*)?([2345])0[5-9]0(?:\s*Ti)?\s*(?=GPU|card|显卡)")
+_GEFORCE_CC = {"2": "75", "3": "86", "4": "89", "5": "120"}
+_TORCH_CUDA_SAID = re.compile(r"(?i)\b(?:py)?torch\s*v?(\d+\.\d+(?:\.\d+)?)\s*(?:\+|with|and|/|,)?\s*cuda\s*v?(\d+)\.(\d)")
+
+
+@rule("arch-missing")
+def torch_cuda_predates_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """A torch said with a CUDA release older than the GPU's generation ("Pytorch1.7.1 + Cuda10.1" on an RTX 3090): the
+    torch build carries no code the GPU can run, whatever the program (espnet/espnet#3052: the maintainer's answer, the
+    same torch 1.7.1 built for CUDA 11.0). The floor is the CUDA that first compiles the generation's X.0 code, which
+    runs on every X.y (the binary-compatibility note above)."""
+    text = "\n".join(ctx.sheet.lines)
+    said = _TORCH_CUDA_SAID.search(text)
+    if not said:
+        return None
+    archs = [a for a in ctx.sheet.machine_archs if a.startswith("sm_")]
+    bare = _BARE_GEFORCE.search(text)
+    cc = int(archs[0][3:]) if archs else int(_GEFORCE_CC[bare.group(1)]) if bare else None
+    if cc is None or cc // 10 not in _CUDA_FOR_MAJOR:
+        return None
+    floor = _CUDA_FOR_MAJOR[cc // 10]
+    cuda = (int(said.group(2)), int(said.group(3)))
+    if cuda >= floor:
+        return None
+    release = said.group(1)
+    label = f"cu{floor[0]}{floor[1]}"
+    lines = _lines_matching(ctx, _TORCH_CUDA_SAID)
+    return _first(_make(
+        "arch-missing", f"a torch built for CUDA {cuda[0]}.{cuda[1]} has no code for a compute capability "
+        f"{dotted(cc)} GPU",
+        f"CUDA {cuda[0]}.{cuda[1]} predates the GPU's generation: no build made with it carries code the {dotted(cc)} "
+        f"GPU can run (its generation's code comes with CUDA {floor[0]}.{floor[1]})",
+        f"install the torch build for CUDA {floor[0]}.{floor[1]} or newer (the driver must support it): " +
+        (f"pip install torch=={release}+{label} -f https://download.pytorch.org/whl/torch_stable.html where that release "
+         f"had a {label} build (torch 1.7 was the first for CUDA 11.0), else a newer torch from "
+         f"https://download.pytorch.org/whl/<cuXYZ>; conda: conda install pytorch=={release} cudatoolkit="
+         f"{floor[0]}.{floor[1]} -c pytorch" if floor < (11, 8) else
+         f"pip install torch --index-url https://download.pytorch.org/whl/{label} (a torch release that has a {label} "
+         "build)") + f"; torch.cuda.get_arch_list() must then list sm_{cc // 10}0 or sm_{cc}",
+        [ctx.line_fact(lines[0])], lines[:1]))

@@ -15,6 +15,7 @@ from typing import Optional
 
 from steadytune.doctor.rules.arch.own_cuda_builds import _KOKKOS_ARCH
 from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, rule
+from steadytune.doctor.fixes import dotted
 
 
 # the warning form only (kernels that still run, older code): the refusal ("initialize ERROR: ... is not supported") is
@@ -48,4 +49,34 @@ def kokkos_compiled_for_other_arch(ctx: Context) -> Optional[Diagnosis]:
         f"build with Kokkos' nvcc_wrapper as the C++ compiler (CMAKE_CXX_COMPILER=<kokkos>/bin/nvcc_wrapper, or "
         f"OMPI_CXX=nvcc_wrapper under mpicxx) and pass the GPU's arch to it: CMAKE_CXX_FLAGS=\"-arch={sm}\" (nvcc_wrapper "
         f"hands it to nvcc){cmake}; then rebuild from a clean build folder",
+        [ctx.line_fact(lines[0])], lines[:1]))
+
+
+# a Kokkos arch option the build names: "-DKokkos_ARCH_VOLTA72=ON", "KOKKOS_ARCH=Volta72", "kokkos+cuda cuda_arch=72"
+_OPTION_NAMED = re.compile(r"(?i)Kokkos_ARCH_([A-Z]+)(\d{2,3})\b|KOKKOS_ARCH\s*[=:]\s*\"?([A-Z]+)(\d{2,3})\b")
+
+
+@rule("arch-missing")
+def kokkos_option_for_another_gpu(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: a Kokkos arch option in the paste whose two digits (the compute capability Kokkos builds for) are not
+    the named GPU's. The digits are the compute capability, so a family name alone misleads: VOLTA72 is the Jetson
+    Xavier (7.2), a V100 is VOLTA70; AMPERE86 is a GeForce RTX 30, an A100 is AMPERE80 (kokkos/kokkos#6092: V100 built
+    with VOLTA72, "likely mismatch of architecture"; Kokkos' CMake keyword list names each with its capability)."""
+    lines = _lines_matching(ctx, _OPTION_NAMED)
+    archs = [a for a in ctx.sheet.machine_archs if a.startswith("sm_")]
+    if not lines or len(set(archs)) != 1:
+        return None
+    m = _OPTION_NAMED.search(lines[0].line)
+    family, digits = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    cc = archs[0][3:]
+    if digits == cc or cc not in _KOKKOS_ARCH:
+        return None
+    option = _option(cc[:-1], cc[-1])
+    named = f"Kokkos_ARCH_{family.upper()}{digits}"
+    return _first(_make(
+        "arch-missing", f"{named} builds for compute capability {dotted(int(digits))}, the GPU is {dotted(int(cc))}",
+        f"the two digits of a Kokkos arch option are the compute capability it compiles for: {named} makes sm_{digits} "
+        f"code, which the {dotted(int(cc))} GPU cannot run, so Kokkos::Cuda::initialize stops on the arch mismatch",
+        f"configure with {option} instead of -D{named}=ON (one NVIDIA arch per build; in a Makefile build KOKKOS_ARCH = "
+        f"{_KOKKOS_ARCH[cc]}; Spack: cuda_arch={cc}), delete the build folder and rebuild Kokkos and the application",
         [ctx.line_fact(lines[0])], lines[:1]))

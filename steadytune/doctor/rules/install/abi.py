@@ -298,10 +298,12 @@ def abi_mismatch(ctx: Context) -> Optional[Diagnosis]:
     compiled = re.search(r"used to compile\s+PyTorch \(([\d.]+)\)", joined)
     if re.search(r"(?i)detected CUDA version", text):
         want = compiled.group(1) if compiled else "the one torch was built with"
+        detected = re.search(r"(?i)detected CUDA version \(([\d.]+)\)", joined)
         return _make("abi-mismatch", "the CUDA toolkit differs from torch's",
                      "an extension is built with nvcc from another CUDA than the one torch was compiled with",
                      f"build with CUDA {want} (torch.version.cuda): install that toolkit and point CUDA_HOME at it, or "
-                     "install the prebuilt wheel of the extension instead of building it", evidence, errors)
+                     "install the prebuilt wheel of the extension instead of building it"
+                     + (_torch_for_toolkit(detected.group(1)) if detected else ""), evidence, errors)
     if re.search(r"(?i)\bODR\b|duplicate libamd_smi", text):
         return _make("abi-mismatch", "two copies of libamd_smi in one process",
                      "the separate amdsmi package loads its own libamd_smi beside the one the ROCm torch wheel bundles",
@@ -520,3 +522,20 @@ def extension_links_a_torch_library_gone(ctx: Context) -> Optional[Diagnosis]:
                  f"{module or package} links {library}, a library of torch 1.x's split CUDA build; the installed torch "
                  f"{'(' + torch + ') ' if torch else ''}ships one libtorch_cuda.so, so the extension compiled against "
                  "the old torch no longer loads", rebuild, [ctx.line_fact(errors[0])], errors)
+
+
+# pytorch.org's conda channel publishes the pytorch-cuda metapackage for these CUDA releases (pytorch.org's previous
+# versions page: pytorch-cuda=11.6 / 11.7 / 11.8 / 12.1 / 12.4), its pip indexes cuXYZ for many more
+_PYTORCH_CUDA = ("11.6", "11.7", "11.8", "12.1", "12.4")
+
+
+def _torch_for_toolkit(toolkit: str) -> str:
+    """The other way out of torch's "detected CUDA version (X) mismatches ... PyTorch (Y)": keep the toolkit and install
+    a torch built for it (neuralangelo#176: pip uninstall torch, then conda's pytorch-cuda=11.7)."""
+    major_minor = ".".join(toolkit.split(".")[:2])
+    label = "cu" + major_minor.replace(".", "")
+    conda = (f" (conda: conda install pytorch torchvision torchaudio pytorch-cuda={major_minor} -c pytorch -c nvidia)"
+             if major_minor in _PYTORCH_CUDA else "")
+    return (f"; or keep the CUDA {major_minor} toolkit and install a torch built for it: pip uninstall torch torchvision "
+            f"torchaudio, then pip install torch torchvision torchaudio --index-url "
+            f"https://download.pytorch.org/whl/{label} (a torch release that has a {label} build){conda}")

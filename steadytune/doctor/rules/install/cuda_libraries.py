@@ -8,7 +8,7 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, rule, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, rule, _text
 from steadytune.doctor.rules.install.shared import _cuda_label, cuda_of_label
 
 
@@ -155,6 +155,19 @@ def jax_pip_cuda_shadowed(ctx: Context) -> Optional[Diagnosis]:
         return None
     library = _JAX_LOAD.search(lines[0].line).group(1)
     path = re.search(r"(?m)LD_LIBRARY_PATH=(\S{1,120})", _text(ctx))
+    if not path and not re.search(r"(?i)jax\[cuda\d*\w*\]|LD_LIBRARY_PATH|/usr/local/cuda|cuda-1\d\.\d/lib", _text(ctx)):
+        # no fresh install of the set shown, no toolkit folder on the loader's path: the pip set itself is the
+        # suspect (a jax, jaxlib and plugin installed apart, a nvidia-* package missing), and reinstalling it as one
+        # set comes first (google-deepmind/mujoco_playground#137); LD_LIBRARY_PATH is the next thing to check
+        return _ahead_of(_make("rocm-libs-missing", f"jax's CUDA plugin cannot load {library}",
+                     f"jax's CUDA plugin checks the {library} of pip's nvidia-*-cu12 packages at start-up and could not "
+                     "load it: the set of jax, jaxlib, the jax-cuda12 plugin packages and the nvidia-* libraries is "
+                     "incomplete or of mixed releases, so jax falls back to the CPU",
+                     "reinstall them as one set: pip uninstall -y jax jaxlib jax-cuda12-plugin jax-cuda12-pjrt; pip "
+                     "install -U \"jax[cuda12]\" (pin a release with jax[cuda12]==<version> where a project needs one; "
+                     "it brings the matching plugin and nvidia-* libraries); if it still fails, unset LD_LIBRARY_PATH "
+                     "so no CUDA toolkit folder shadows the pip libraries", [ctx.line_fact(lines[0])], lines[:1]),
+                         "wheel-platform")
     return _make("abi-mismatch", f"JAX cannot load pip's {library}",
                  f"jax's CUDA plugin uses the {library} of pip's nvidia-*-cu12 packages; a CUDA toolkit folder on "
                  f"LD_LIBRARY_PATH{' (' + path.group(1) + ')' if path else ''} puts its older libraries first, and "

@@ -660,6 +660,16 @@ def _rocm_wheel_folders(ctx: Context) -> tuple[str, str]:
             folder)
 
 
+# oneAPI's runtime libraries (oneMKL, DPC++ / SYCL, TBB, the Intel compiler runtime, oneDNN): intel/intel-extension-for-
+# tensorflow#13 (libmkl_sycl.so.2; the maintainers: install the Base Toolkit's DPC++, oneMKL, TBB and source setvars.sh)
+_ONEAPI_LIBRARY = re.compile(r"(?i)^(?:lib)?(?:mkl_\w+|sycl\d*|imf|svml|irng|intlc|ur_loader|pi_level_zero)"
+                             r"(?:\.so[\d.]*|\.dll)$")
+# TBB, OpenMP and oneDNN come from distributions and pip too: oneAPI's only where the paste is about Intel's stack
+_ONEAPI_SHARED = re.compile(r"(?i)^(?:lib)?(?:tbb\w*|iomp5|dnnl)(?:\.so[\d.]*|\.dll)$")
+_INTEL_STACK = re.compile(r"(?i)\boneAPI\b|\bITEX\b|intel[-_]extension|\bIPEX\b|\bxpu\b|\bsycl\b|Arc A\d|"
+                          r"Data Center GPU (?:Max|Flex)|GPU flex")
+
+
 @rule("rocm-libs-missing")
 def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
     errors = ctx.of("rocm-libs-missing") + [e for e in ctx.of("arch-missing", "abi-mismatch")
@@ -719,6 +729,18 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
             # the machine is (under WSL the Windows driver brings libcuda only, never the CUDA runtime)
             return _first(diagnosis)
         return diagnosis
+    if _ONEAPI_LIBRARY.search(name) or (_ONEAPI_SHARED.search(name) and _INTEL_STACK.search(_text(ctx))):
+        # a oneAPI runtime library (oneMKL, the DPC++ / SYCL runtime, TBB, the compiler's runtime): Intel's GPU
+        # extensions (intel-extension-for-tensorflow / -pytorch) load them from the oneAPI install, whose folders only
+        # its setvars script puts on the loader's path; adding one folder by hand misses the others
+        fix = (f"{name} is a oneAPI library: in the shell that starts the program, source /opt/intel/oneapi/setvars.sh "
+               "(a user install: ~/intel/oneapi/setvars.sh; Windows: the oneAPI command prompt or setvars.bat), which "
+               "puts every oneAPI folder on the loader's path; if oneAPI is not installed, install the Intel oneAPI "
+               "Base Toolkit components the extension names (DPC++ compiler and library, oneMKL, TBB) of the release "
+               "it was built with, then source setvars.sh")
+        return _make("rocm-libs-missing", f"{name} (oneAPI) is not found", f"the loader cannot find {name}: the oneAPI "
+                     "runtime is not installed, or its environment was not set in this shell", fix,
+                     [ctx.line_fact(first)], errors)
     if ctx.sheet.is_windows or name.endswith(".dll"):
         fix = ("install AMD's HIP SDK for Windows (it puts amdhip64 and rocBLAS in C:\\Program Files\\AMD\\ROCm\\<ver>\\bin) "
                "and an Adrenalin driver of the same generation; restart the program so PATH is read again")

@@ -13,6 +13,7 @@ from steadytune.doctor.error_lines import ErrorLine
 from steadytune.doctor.fixes import rocm_index_for
 from steadytune.doctor.rules.base import (
     on_windows,
+    _first,
     Context,
     Diagnosis,
     _lines_matching,
@@ -304,3 +305,41 @@ def installer_chose_the_cpu_torch(ctx: Context) -> Optional[Diagnosis]:
                  "print(torch.cuda.is_available())' must print True), then install the tool without letting it "
                  "replace torch; or use an installer release whose GPU detection knows this GPU",
                  [f for f in (ctx.line_fact(lines[0]), fact) if f], lines[:1], confirmed=False)
+
+
+# AutoGPTQ's last release (the project is archived; GPTQModel continues it): its wheels are built per torch CUDA (PyPI's
+# for cu121, the autogptq-index's cu118 ones), each release for the torch of its day (AutoGPTQ's README and releases)
+_GPTQ_LAST = (0, 7, 1)
+_GPTQ_RELEASE = re.compile(r"(?i)\bauto[-_]?gptq\s*(?:==|:|\s)\s*v?(\d+)\.(\d+)\.(\d+)")
+_CUDART_MISSING = re.compile(r"(?i)libcudart\.so\.\d+\s*:\s*cannot open shared object file|cudart64_\d+\.dll")
+
+
+@rule("abi-mismatch")
+def gptq_release_before_the_torch(ctx: Context) -> Optional[Diagnosis]:
+    """An AutoGPTQ release older than the last one, whose kernels do not load ("CUDA extension not installed", or the
+    CUDA runtime of the release's build missing: libcudart.so.12 under a torch of CUDA 11): its wheel was built for
+    another torch / CUDA than the environment's, and the last release's wheels fit current torch builds. Source:
+    hiyouga/LlamaFactory#3866 (auto-gptq 0.5.0 with libcudart.so.12 missing; the maintainer said upgrade, 0.7.1 fixed
+    it)."""
+    text = _text(ctx)
+    release = _GPTQ_RELEASE.search(text)
+    if not release or tuple(int(g) for g in release.groups()) >= _GPTQ_LAST:
+        return None
+    if re.search(r"\bauto_gptq-[\d.]+\+cu\d{3}", text):
+        return None     # a wheel file of one CUDA pinned beside a torch of another: gptq_kernels_not_loaded's reading
+    lines = _said(ctx, "not", _GPTQ_EXTENSION.pattern) + _lines_matching(ctx, _CUDART_MISSING)
+    if not lines:
+        return None
+    shown = re.search(r"\+(cu1\d{2})\b", text)
+    index = (f" --extra-index-url https://huggingface.github.io/autogptq-index/whl/{shown.group(1)}/"
+             if shown and shown.group(1) == "cu118" else "")
+    return _first(_make(
+        "abi-mismatch", f"auto-gptq {'.'.join(release.groups())}'s kernels were built for another torch / CUDA",
+        f"the auto-gptq {'.'.join(release.groups())} wheel carries kernels compiled against the torch and CUDA runtime "
+        "of its own day; beside this environment's torch they do not load (its CUDA runtime library missing, \"CUDA "
+        "extension not installed\"), so quantized models fail or run without them",
+        f"upgrade to AutoGPTQ's last release, whose wheels fit current torch builds: pip uninstall -y auto-gptq; pip "
+        f"install auto-gptq==0.7.1 --no-cache-dir{index} (PyPI's wheel is the CUDA 12.1 build; for a cu118 torch add "
+        "--extra-index-url https://huggingface.github.io/autogptq-index/whl/cu118/); AutoGPTQ is archived, so for a "
+        "newer torch use its successor GPTQModel (pip install gptqmodel --no-build-isolation)",
+        [ctx.line_fact(lines[0])], lines[:1]))

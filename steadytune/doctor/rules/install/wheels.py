@@ -28,6 +28,7 @@ from steadytune.doctor.rules.install.shared import _MODULE_PACKAGES, _table_fix
 from steadytune.doctor.rules.install.hidden_imports import hidden_import
 from steadytune.doctor.rules.install.stale_install import leftover_package
 from steadytune.doctor.rules.install.torch_build import _AMD_MODEL, _BNB_NO_GPU, _gpu_left_idle, _NVIDIA_MODEL, _ON_CPU
+from steadytune.doctor.rules.install.spconv_builds import _torch_cuda as spconv_cuda, spconv_label
 
 
 _WHEEL = re.compile(r"(\S+?)-(\d[\w.+!]*)-(?:\d\w*-)?(cp\d+|py3\w*)-(\w+)-(\w+)\.whl")
@@ -161,7 +162,15 @@ def _import_failure(ctx: Context, errors: list[ErrorLine], attribute_only: bool 
         cause = (f"{caller or 'the program'} {'uses' if failure.attribute else 'imports'} {gone}, which the installed "
                  f"{package} does not have: the path "
                  f"moved or went away between {package} releases, so the two are releases that do not go together")
-        if caller:
+        per_cuda = _per_cuda_package(ctx, package)
+        if per_cuda:
+            # a package PyPI publishes once per CUDA release (cumm-cu114 beside spconv-cu114): the upgrade names the
+            # build of the machine's CUDA, never the plain CPU-only name (traveller59/spconv#367: pip install -U
+            # cumm-cu114)
+            fix = (f"upgrade {package} to the release {caller or 'the program'} needs, in the build of this CUDA: pip "
+                   f"install -U {per_cuda} (spconv and cumm come as one package per CUDA release; pip list | grep -e "
+                   f"spconv -e cumm must show the same -cuXYZ for both)")
+        elif caller:
             fix = (f"install the {package} release {caller} was written for: pip install -U {caller} (a release "
                    f"written for the newer {package}), or pip install \"{package}==<the release {caller} requires>\" "
                    f"(pip show {caller} and pip check name it); a new environment with both pinned avoids the mix")
@@ -919,3 +928,11 @@ def wheel_platform(ctx: Context) -> Optional[Diagnosis]:
                f"{name.split('==')[0]} --index-url <the index>), or pick a version the index lists")
     return _make("wheel-platform", "no wheel for this Python or platform", cause, fix, [ctx.line_fact(errors[0])],
                  errors)
+
+
+def _per_cuda_package(ctx: Context, package: str) -> Optional[str]:
+    """The per-CUDA PyPI name of spconv / cumm for the paste's CUDA (cumm -> cumm-cu114), or None."""
+    if package not in ("cumm", "spconv"):
+        return None
+    label = spconv_label(spconv_cuda(ctx))
+    return f"{package}-cu{label}" if label else None
