@@ -114,10 +114,11 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0, source=NVIDIA_CC),
     Product(r"A10G?\b|A40\b|RTX 30\d0|RTX A\d000", "sm_86", source=NVIDIA_CC),
     Product(r"Jetson (?:AGX )?Xavier|Xavier NX|\bAGX Xavier\b", "sm_72", source=NVIDIA_CC),
-    Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0|MX ?[45]50\b", "sm_75", source=NVIDIA_CC),
+    # (not the "int4" of a quantized model's name, "moss-moon-003-sft-int4": round 20, r20d)
+    Product(r"(?<!in)T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0|MX ?[45]50\b", "sm_75", source=NVIDIA_CC),
     Product(r"V100|TITAN V", "sm_70", source=NVIDIA_CC),
     Product(r"P100\b", "sm_60", source=NVIDIA_CC),
-    Product(r"GTX 10[5-8]0|TITAN Xp|TITAN X \(Pascal\)|Tesla P(?:40|4)\b|Quadro P\d{3,4}|MX ?[1-3]50\b|GT 1030", "sm_61",
+    Product(r"GTX 10[5-8]0|TITAN Xp|TITAN X \(Pascal\)|Tesla P(?:40|4)\b|(?<![\w-])P40\b|Quadro P\d{3,4}|MX ?[1-3]50\b|GT 1030", "sm_61",
             source=NVIDIA_CC),
     # the mobile Maxwell Quadros on GM107/GM108 are first-generation Maxwell, 5.0, not the desktop M-series' 5.2
     Product(r"Quadro M(?:500|600|1000|2000)M\b|Quadro M(?:520|620|1200)\b", "sm_50", source=NVIDIA_CC),

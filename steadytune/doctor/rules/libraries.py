@@ -71,13 +71,17 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
                      "index of your CUDA), or pip install ctranslate2==4.4.0 (the last cuDNN 8 release)",
                      evidence, covers)
     if wanted >= 9:
+        # (the other way out, the release before cuDNN 9 with the cuDNN 8 runtime: Softcatala/whisper-ctranslate2#115,
+        # ctranslate2 4.4.0 and libcudnn8 from NVIDIA's CUDA apt repository; round 20, r20d)
         return _make("rocm-libs-missing", "pip's cuDNN 9 is not on the loader's path",
                      "ctranslate2 opens cuDNN by name; pip's nvidia-cudnn-cu12 puts it in site-packages/nvidia/cudnn/lib, "
                      "a folder the loader does not search",
                      "pip install nvidia-cudnn-cu12 (if it is not installed) and export LD_LIBRARY_PATH=$(python -c "
                      "'import os, nvidia.cudnn; print(os.path.dirname(nvidia.cudnn.__file__))')/lib:$LD_LIBRARY_PATH "
                      "before starting the program; or install cuDNN 9 system-wide from NVIDIA's CUDA apt repository "
-                     "(sudo apt-get install libcudnn9-cuda-12, then sudo ldconfig), which the loader finds by itself",
+                     "(sudo apt-get install libcudnn9-cuda-12, then sudo ldconfig), which the loader finds by itself; "
+                     "or, on a machine that keeps cuDNN 8, pip install ctranslate2==4.4.0 (the last release built for "
+                     "cuDNN 8) with the cuDNN 8 runtime from the same repository (sudo apt-get install libcudnn8)",
                      evidence, covers)
     return None
 
@@ -86,6 +90,11 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
 # cudnnCreateTensorDescriptor", or the Windows cudnn_ops64_9.dll said loaded "without its dependencies")
 _CT2_CUDNN9 = re.compile(r"Unable to load any of \{libcudnn_\w+\.so\.9|Cannot load symbol cudnnCreate\w*Descriptor|"
                          r"(?i:loaded cudnn_\w+64_9\.dll without its dependencies)")
+
+
+# the user's own pip install of a CTranslate2 program or of ctranslate2 itself ("pip install --upgrade
+# git+https://github.com/Softcatala/whisper-ctranslate2", "pip install faster-whisper")
+_OWN_PIP_INSTALL = re.compile(r"(?i)\bpip3? install\b.{0,120}(?:ctranslate2|faster[-_]whisper|whisperx)")
 
 
 @rule("abi-mismatch")
@@ -107,6 +116,10 @@ def ctranslate2_pulled_by_program(ctx: Context) -> Optional[Diagnosis]:
     if re.search(r"(?i)\\CUDNN\\|/cudnn[-_/]|\bcuDNN\s*v?9\.\d", text):
         return None   # a cuDNN 9 the user installed: its path is the question (the install readings), not a pin
     notebook = ctx.sheet.has("platform", "notebook")
+    if not notebook and not on_windows(ctx, text) and _lines_matching(ctx, _OWN_PIP_INSTALL):
+        # the user's own pip install of a CTranslate2 program on Linux, no app environment around it: the machine's
+        # cuDNN is the question (ctranslate2_cudnn_major's cuDNN 9 or cuDNN 8 ways), not a program's torch (r20d)
+        return None
     where = ("in a notebook cell: !pip install ctranslate2==4.4.0, then restart the runtime" if notebook else
              "inside the program's own environment (activate it first: the app's start_environment / cmd_windows.bat / "
              "its venv): pip install ctranslate2==4.4.0")

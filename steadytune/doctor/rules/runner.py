@@ -26,6 +26,7 @@ import steadytune.doctor.rules.arch.contrib_extensions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.no_compiler_target  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
 import steadytune.doctor.rules.arch.tensorrt_archs  # noqa: E402,F401
+import steadytune.doctor.rules.arch.triton_mma  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kpack_archives  # noqa: E402,F401
