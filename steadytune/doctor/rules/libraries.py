@@ -393,6 +393,10 @@ def wheel_built_for_another_rocm(ctx: Context) -> Optional[Diagnosis]:
 _CT2_CUBLAS = re.compile(r"Library ((?:lib)?cublas(?:Lt)?(?:\.so\.|64_)(\d+)(?:\.dll)?) is not found(?: or cannot be loaded)?")
 
 
+# a frozen (PyInstaller) or standalone program: its own folder is where it loads DLLs from
+_FROZEN = re.compile(r"(?i)Failed to execute script|\bstandalone\b|\bPyInstaller\b|_MEIPASS|\b_MEI\d+")
+
+
 @rule("rocm-libs-missing")
 def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
     """CTranslate2 opens cuBLAS by the CUDA major it was built for: 3.x releases CUDA 11 (libcublas.so.11), 4.x CUDA
@@ -426,10 +430,23 @@ def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
                         f"{library} and goes on the DLL search path")
         else:
             borrowed = ""
+        # CUDA 11 builds (ctranslate2 3.x) open cuDNN 8 next (faster-whisper's README before 1.0: "cuBLAS for CUDA 11"
+        # and "cuDNN 8 for CUDA 11"); a standalone (frozen) program loads both from its own folder, and such builds
+        # publish them as a separate download (Purfview/whisper-standalone-win#237: the "libs" release, placed next
+        # to the executable) (round 20, r20d)
+        cudnn = " and cuDNN 8 for CUDA 11 (NVIDIA's cuDNN archive), which it opens next" if major == "11" else ""
+        if _FROZEN.search(_text(ctx)):
+            return _make("rocm-libs-missing", f"the standalone program lacks CUDA {major}'s libraries",
+                         f"this standalone build's ctranslate2 is built for CUDA {major} and loads {library} (and "
+                         f"cuDNN) from the program's own folder; they are not shipped in the executable's package",
+                         f"put cuBLAS for CUDA {major}{cudnn.replace(', which it opens next', '')} next to the "
+                         "program's executable: the program's README names its separate libraries download (the "
+                         f"cuBLAS and cuDNN DLLs); or install the CUDA {major} toolkit and that cuDNN with their bin "
+                         "folders on PATH", [ctx.line_fact(lines[0])], lines[:1])
         return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS DLL",
                      f"this ctranslate2 is built for CUDA {major} and loads {library}, which the CUDA installed on "
                      f"this Windows machine (another major) does not have, or not on the DLL search path",
-                     f"install the CUDA {major} toolkit (its bin folder goes on PATH), or pip install "
+                     f"install the CUDA {major} toolkit (its bin folder goes on PATH){cudnn}, or pip install "
                      f"nvidia-cublas-cu{major} and add <site-packages>\\nvidia\\cublas\\bin to PATH before starting "
                      f"the program{borrowed}; or install the ctranslate2 built for the CUDA you have: {other}",
                      [ctx.line_fact(lines[0])], lines[:1])

@@ -99,6 +99,7 @@ import steadytune.doctor.rules.access.vulkan_loader  # noqa: E402,F401
 import steadytune.doctor.rules.access.egl_contexts  # noqa: E402,F401
 import steadytune.doctor.rules.install.amdsmi_releases  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
+import steadytune.doctor.rules.install.cudnn8_crash  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.onnxruntime_source_builds  # noqa: E402,F401
