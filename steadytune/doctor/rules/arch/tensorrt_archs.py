@@ -30,8 +30,9 @@ _FIRST = (
 
 # the TensorRT release the paste shows: "TensorRT Version: 8.4.1.5", "[TensorRT v100700]", "TensorRT 8.4",
 # "tensorrt==10.7.0"
-_SHOWN = re.compile(r"(?i)TensorRT(?:\s+Version)?\s*[:=]*\s*v?(\d{1,2}\.\d+(?:\.\d+)*)\b|\[TensorRT v(\d)(\d{2})(\d{2})\]|"
-                    r"\[TensorRT v(\d)(\d)(\d{2})\]")
+# (not an NGC image's tag, nvcr.io/nvidia/tensorrt:24.08-py3, whose number is the container's release)
+_SHOWN = re.compile(r"(?i)(?<![/\w])TensorRT(?:\s+Version)?[\s*:=]*v?(\d{1,2}\.\d+(?:\.\d+)*)\b|"
+                    r"\[TensorRT v(\d{4,6})\]")
 _CONTAINER = re.compile(r"(?i)\bdocker\b|\bimage\b|\bcontainer\b|nvcr\.io|Dockerfile|/usr/src/tensorrt")
 
 
@@ -43,13 +44,17 @@ def _capability(match: re.Match) -> int:
 
 
 def _shown_release(text: str) -> Optional[str]:
+    """The TensorRT release the paste shows; trtexec's "[TensorRT v100700]" is NV_TENSORRT_VERSION, major * 1000 +
+    minor * 100 + patch up to 8.x (v8601 = 8.6.1) and major * 10000 + minor * 100 + patch from 10.0 (v100700 =
+    10.7.0)."""
     for m in _SHOWN.finditer(text):
         if m.group(1):
-            return m.group(1)
-        if m.group(2):
-            return f"{int(m.group(2))}.{int(m.group(3))}.{int(m.group(4))}"
-        if m.group(5):
-            return f"{m.group(5)}.{m.group(6)}.{int(m.group(7))}"
+            if int(m.group(1).split(".")[0]) <= 20:
+                return m.group(1)
+            continue
+        packed = int(m.group(2))
+        major = packed // 10000 if len(m.group(2)) >= 6 else packed // 1000
+        return f"{major}.{packed // 100 % (100 if len(m.group(2)) >= 6 else 10)}.{packed % 100}"
     return None
 
 

@@ -173,8 +173,8 @@ def cublaslt_not_initialized(ctx: Context) -> Optional[Diagnosis]:
                  f"cpm_kernels (the int4 / int8 kernels of ChatGLM's quantize()) loads {name} itself from the "
                  "environment's CUDA runtime libraries, which are missing or of another CUDA version than torch's",
                  "install the CUDA runtime of torch's CUDA version into the environment: conda install cudatoolkit="
-                 "<python -c 'import torch; print(torch.version.cuda)'> -c nvidia (or the CUDA toolkit of that "
-                 "version, its lib64 on LD_LIBRARY_PATH / its bin on PATH; pip install torch from the CUDA index "
+                 f"<python -c 'import torch; print(torch.version.cuda)'> -c nvidia, which brings {name} (or the CUDA "
+                 "toolkit of that version, its lib64 on LD_LIBRARY_PATH / its bin on PATH; pip install torch from the CUDA index "
                  "brings cuBLAS for torch alone), and take other CUDA lib64 folders off LD_LIBRARY_PATH",
                  [ctx.line_fact(lines[0])], lines[:1])
 
