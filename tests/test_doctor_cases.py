@@ -298,6 +298,15 @@ KNOWN_MISSES = {
                                                   "the paste shows only the cu117 extra index, and that index carried "
                                                   "several torch releases (doctor names the class: torch==<release>"
                                                   "+cu117 from that index alone)",
+    # round 20 (r20d): fixes only the thread could give
+    "https://github.com/Purfview/whisper-standalone-win/issues/404": "the accepted fix is a workaround for that "
+                                                                     "release's own bug (r245.2's default VAD still "
+                                                                     "loads a cuDNN 8 library the bundle no longer "
+                                                                     "ships: --vad_method pyannote_v3); nothing in the "
+                                                                     "paste points at the VAD",
+    "https://github.com/janhq/jan/issues/5709": "the fix is the CUDA 11.7 runtime files from llama.cpp's release page "
+                                                "in Jan's engine folder; the paste says only that the model hangs "
+                                                "while loading on Windows, naming no CUDA, backend or error",
 }
 
 
