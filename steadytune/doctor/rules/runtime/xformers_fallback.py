@@ -33,7 +33,12 @@ _FAILING = re.compile(r"(?i)stopped working|not working|doesn'?t work|does not w
 
 # (what names the app, its switch that turns xformers off)
 _SWITCHES = (
-    (r"(?i)\bForge\b|stable-diffusion-webui-forge|\bwebui neo\b", "add --disable-xformers to COMMANDLINE_ARGS in webui-user.bat / "
+    # Forge Neo (Haoming02/sd-webui-forge-classic's backend/args.py: --disable-xformers, and PyTorch attention as
+    # --use-pytorch-cross-attention, not Forge's --attention-pytorch) (round 20, r20d)
+    (r"(?i)\bforge[-_ ]?neo\b|\bwebui neo\b|sd-webui-forge-classic", "add --disable-xformers to COMMANDLINE_ARGS in "
+     "webui-user.bat / webui-user.sh (Forge Neo then runs PyTorch attention; --use-pytorch-cross-attention says it "
+     "outright)"),
+    (r"(?i)\bForge\b|stable-diffusion-webui-forge", "add --disable-xformers to COMMANDLINE_ARGS in webui-user.bat / "
      "webui-user.sh (Forge then runs PyTorch attention; --attention-pytorch says it outright)"),
     (r"(?i)\bComfy\s?UI\b", "start ComfyUI with --disable-xformers (it then uses PyTorch's attention)"),
     (r"(?i)stable-diffusion-webui|\bA1111\b|AUTOMATIC1111|webui-user", "remove --xformers from COMMANDLINE_ARGS in "
