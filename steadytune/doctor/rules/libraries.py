@@ -79,10 +79,13 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
                      "pip install nvidia-cudnn-cu12 (if it is not installed) and export LD_LIBRARY_PATH=$(python -c "
                      "'import os, nvidia.cudnn; print(os.path.dirname(nvidia.cudnn.__file__))')/lib:$LD_LIBRARY_PATH "
                      "before starting the program; or install cuDNN 9 system-wide from NVIDIA's CUDA apt repository "
-                     "(sudo apt-get install libcudnn9-cuda-12, then sudo ldconfig), which the loader finds by itself; "
-                     "or, on a machine that keeps cuDNN 8, pip install ctranslate2==4.4.0 (the last release built for "
-                     "cuDNN 8) with the cuDNN 8 runtime from the same repository (sudo apt-get install libcudnn8)",
-                     evidence, covers)
+                     "(sudo apt-get install libcudnn9-cuda-12, then sudo ldconfig), which the loader finds by itself"
+                     + ("" if torch is not None else
+                        # (no torch shown: nothing else in the environment wants cuDNN 9; a torch 2.4+ beside it
+                        # brings cuDNN 9 itself, so the pin back would be the wrong way there)
+                        "; or, on a machine that keeps cuDNN 8, pip install ctranslate2==4.4.0 (the last release "
+                        "built for cuDNN 8) with the cuDNN 8 runtime from the same repository (sudo apt-get install "
+                        "libcudnn8)"), evidence, covers)
     return None
 
 
