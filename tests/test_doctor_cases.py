@@ -316,6 +316,15 @@ KNOWN_MISSES = {
     "https://github.com/facebookresearch/sam2/issues/33": "the fix is the CUDA 12.1 toolkit matching torch's build; the "
                                                          "paste is only pip's 'Failed building editable for SAM-2' "
                                                          "and names no torch, CUDA or nvcc release",
+    # round 20 (r20d): fixes only the thread could give
+    "https://github.com/Purfview/whisper-standalone-win/issues/404": "the accepted fix is a workaround for that "
+                                                                     "release's own bug (r245.2's default VAD still "
+                                                                     "loads a cuDNN 8 library the bundle no longer "
+                                                                     "ships: --vad_method pyannote_v3); nothing in the "
+                                                                     "paste points at the VAD",
+    "https://github.com/janhq/jan/issues/5709": "the fix is the CUDA 11.7 runtime files from llama.cpp's release page "
+                                                "in Jan's engine folder; the paste says only that the model hangs "
+                                                "while loading on Windows, naming no CUDA, backend or error",
 }
 
 

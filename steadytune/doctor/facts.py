@@ -345,7 +345,7 @@ def _gpu(line: str):
     named = re.sub(r"(?i)\b(NVIDIA|GeForce) ((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0))\b", r"\1 RTX \2", named)
     # a bare GeForce number said to be a GPU ("a 5080 GPU", "my 4090 card")
     if not re.search(r"(?i)\b(?:RTX|GTX|RX)\s?\d{4}", named):
-        named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop))",
+        named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop|显卡|顯卡))",
                        r"RTX \1", named)
     # "7800XT", "6700 XT", "9060XT", "6650 XT" (RDNA's x50 / x60 parts too)
     named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d\d0) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)

@@ -119,7 +119,8 @@ PRODUCTS: tuple[Product, ...] = (
     Product(r"A30\b", "sm_80", peak_bf16_tflops=165.0, source=NVIDIA_CC),
     Product(r"A10G?\b|A40\b|RTX 30\d0|RTX A\d000", "sm_86", source=NVIDIA_CC),
     Product(r"Jetson (?:AGX )?Xavier|Xavier NX|\bAGX Xavier\b", "sm_72", source=NVIDIA_CC),
-    Product(r"T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0|MX ?[45]50\b", "sm_75", source=NVIDIA_CC),
+    # (not the "int4" of a quantized model's name, "moss-moon-003-sft-int4": round 20, r20d)
+    Product(r"(?<!in)T4\b|RTX 20\d0|Quadro RTX|TITAN RTX|GTX 16\d0|MX ?[45]50\b", "sm_75", source=NVIDIA_CC),
     Product(r"V100|TITAN V", "sm_70", source=NVIDIA_CC),
     Product(r"P100\b", "sm_60", source=NVIDIA_CC),
     # (a bare "P40" is the Tesla P40, 6.1 in NVIDIA's legacy table, developer.nvidia.com/cuda-legacy-gpus; checked v20)

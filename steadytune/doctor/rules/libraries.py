@@ -71,14 +71,21 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
                      "index of your CUDA), or pip install ctranslate2==4.4.0 (the last cuDNN 8 release)",
                      evidence, covers)
     if wanted >= 9:
+        # (the other way out, the release before cuDNN 9 with the cuDNN 8 runtime: Softcatala/whisper-ctranslate2#115,
+        # ctranslate2 4.4.0 and libcudnn8 from NVIDIA's CUDA apt repository; round 20, r20d)
         return _make("rocm-libs-missing", "pip's cuDNN 9 is not on the loader's path",
                      "ctranslate2 opens cuDNN by name; pip's nvidia-cudnn-cu12 puts it in site-packages/nvidia/cudnn/lib, "
                      "a folder the loader does not search",
                      "pip install nvidia-cudnn-cu12 (if it is not installed) and export LD_LIBRARY_PATH=$(python -c "
                      "'import os, nvidia.cudnn; print(os.path.dirname(nvidia.cudnn.__file__))')/lib:$LD_LIBRARY_PATH "
                      "before starting the program; or install cuDNN 9 system-wide from NVIDIA's CUDA apt repository "
-                     "(sudo apt-get install libcudnn9-cuda-12, then sudo ldconfig), which the loader finds by itself",
-                     evidence, covers)
+                     "(sudo apt-get install libcudnn9-cuda-12, then sudo ldconfig), which the loader finds by itself"
+                     + ("" if torch is not None else
+                        # (no torch shown: nothing else in the environment wants cuDNN 9; a torch 2.4+ beside it
+                        # brings cuDNN 9 itself, so the pin back would be the wrong way there)
+                        "; or, on a machine that keeps cuDNN 8, pip install ctranslate2==4.4.0 (the last release "
+                        "built for cuDNN 8) with the cuDNN 8 runtime from the same repository (sudo apt-get install "
+                        "libcudnn8)"), evidence, covers)
     return None
 
 
@@ -86,6 +93,11 @@ def ctranslate2_cudnn_major(ctx: Context) -> Optional[Diagnosis]:
 # cudnnCreateTensorDescriptor", or the Windows cudnn_ops64_9.dll said loaded "without its dependencies")
 _CT2_CUDNN9 = re.compile(r"Unable to load any of \{libcudnn_\w+\.so\.9|Cannot load symbol cudnnCreate\w*Descriptor|"
                          r"(?i:loaded cudnn_\w+64_9\.dll without its dependencies)")
+
+
+# the user's own pip install of a CTranslate2 program or of ctranslate2 itself ("pip install --upgrade
+# git+https://github.com/Softcatala/whisper-ctranslate2", "pip install faster-whisper")
+_OWN_PIP_INSTALL = re.compile(r"(?i)\bpip3? install\b.{0,120}(?:ctranslate2|faster[-_]whisper|whisperx)")
 
 
 @rule("abi-mismatch")
@@ -107,6 +119,10 @@ def ctranslate2_pulled_by_program(ctx: Context) -> Optional[Diagnosis]:
     if re.search(r"(?i)\\CUDNN\\|/cudnn[-_/]|\bcuDNN\s*v?9\.\d", text):
         return None   # a cuDNN 9 the user installed: its path is the question (the install readings), not a pin
     notebook = ctx.sheet.has("platform", "notebook")
+    if not notebook and not on_windows(ctx, text) and _lines_matching(ctx, _OWN_PIP_INSTALL):
+        # the user's own pip install of a CTranslate2 program on Linux, no app environment around it: the machine's
+        # cuDNN is the question (ctranslate2_cudnn_major's cuDNN 9 or cuDNN 8 ways), not a program's torch (r20d)
+        return None
     where = ("in a notebook cell: !pip install ctranslate2==4.4.0, then restart the runtime" if notebook else
              "inside the program's own environment (activate it first: the app's start_environment / cmd_windows.bat / "
              "its venv): pip install ctranslate2==4.4.0")
@@ -380,6 +396,10 @@ def wheel_built_for_another_rocm(ctx: Context) -> Optional[Diagnosis]:
 _CT2_CUBLAS = re.compile(r"Library ((?:lib)?cublas(?:Lt)?(?:\.so\.|64_)(\d+)(?:\.dll)?) is not found(?: or cannot be loaded)?")
 
 
+# a frozen (PyInstaller) or standalone program: its own folder is where it loads DLLs from
+_FROZEN = re.compile(r"(?i)Failed to execute script|\bstandalone\b|\bPyInstaller\b|_MEIPASS|\b_MEI\d+")
+
+
 @rule("rocm-libs-missing")
 def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
     """CTranslate2 opens cuBLAS by the CUDA major it was built for: 3.x releases CUDA 11 (libcublas.so.11), 4.x CUDA
@@ -413,10 +433,23 @@ def ctranslate2_cuda_major(ctx: Context) -> Optional[Diagnosis]:
                         f"{library} and goes on the DLL search path")
         else:
             borrowed = ""
+        # CUDA 11 builds (ctranslate2 3.x) open cuDNN 8 next (faster-whisper's README before 1.0: "cuBLAS for CUDA 11"
+        # and "cuDNN 8 for CUDA 11"); a standalone (frozen) program loads both from its own folder, and such builds
+        # publish them as a separate download (Purfview/whisper-standalone-win#237: the "libs" release, placed next
+        # to the executable) (round 20, r20d)
+        cudnn = " and cuDNN 8 for CUDA 11 (NVIDIA's cuDNN archive), which it opens next" if major == "11" else ""
+        if _FROZEN.search(_text(ctx)):
+            return _make("rocm-libs-missing", f"the standalone program lacks CUDA {major}'s libraries",
+                         f"this standalone build's ctranslate2 is built for CUDA {major} and loads {library} (and "
+                         f"cuDNN) from the program's own folder; they are not shipped in the executable's package",
+                         f"put cuBLAS for CUDA {major}{cudnn.replace(', which it opens next', '')} next to the "
+                         "program's executable: the program's README names its separate libraries download (the "
+                         f"cuBLAS and cuDNN DLLs); or install the CUDA {major} toolkit and that cuDNN with their bin "
+                         "folders on PATH", [ctx.line_fact(lines[0])], lines[:1])
         return _make("rocm-libs-missing", f"ctranslate2 needs CUDA {major}'s cuBLAS DLL",
                      f"this ctranslate2 is built for CUDA {major} and loads {library}, which the CUDA installed on "
                      f"this Windows machine (another major) does not have, or not on the DLL search path",
-                     f"install the CUDA {major} toolkit (its bin folder goes on PATH), or pip install "
+                     f"install the CUDA {major} toolkit (its bin folder goes on PATH){cudnn}, or pip install "
                      f"nvidia-cublas-cu{major} and add <site-packages>\\nvidia\\cublas\\bin to PATH before starting "
                      f"the program{borrowed}; or install the ctranslate2 built for the CUDA you have: {other}",
                      [ctx.line_fact(lines[0])], lines[:1])

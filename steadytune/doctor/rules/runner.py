@@ -25,6 +25,8 @@ import steadytune.doctor.rules.arch.vendor_only  # noqa: E402,F401
 import steadytune.doctor.rules.arch.contrib_extensions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.no_compiler_target  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_added  # noqa: E402,F401
+import steadytune.doctor.rules.arch.tensorrt_archs  # noqa: E402,F401
+import steadytune.doctor.rules.arch.triton_mma  # noqa: E402,F401
 import steadytune.doctor.rules.arch.release_dropped  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kfd_process_vm  # noqa: E402,F401
 import steadytune.doctor.rules.arch.kpack_archives  # noqa: E402,F401
@@ -101,6 +103,7 @@ import steadytune.doctor.rules.access.vulkan_loader  # noqa: E402,F401
 import steadytune.doctor.rules.access.egl_contexts  # noqa: E402,F401
 import steadytune.doctor.rules.install.amdsmi_releases  # noqa: E402,F401
 import steadytune.doctor.rules.libraries  # noqa: E402,F401
+import steadytune.doctor.rules.install.cudnn8_crash  # noqa: E402,F401
 import steadytune.doctor.rules.install.bnb_binaries  # noqa: E402,F401
 import steadytune.doctor.rules.releases  # noqa: E402,F401
 import steadytune.doctor.rules.install.onnxruntime_source_builds  # noqa: E402,F401

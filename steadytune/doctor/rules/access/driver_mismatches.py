@@ -341,6 +341,37 @@ def level_zero_mismatch(ctx: Context) -> Optional[Diagnosis]:
                  [], crashed, confirmed=False)
 
 
+# torch's XPU build (or IPEX) counting no Intel GPU: "XPU Device count is zero!" (torch's Device.cpp warning). On
+# Linux the GPU is reached through Intel's user-space compute runtime (intel-compute-runtime: the Level Zero GPU driver
+# and the OpenCL ICD); with none installed, or one too old for the kernel (the jammy packages on Ubuntu 24.04's 6.8
+# kernel), Level Zero lists no device. vladmandic/sdnext#3201: an Arc A770 on Ubuntu 24.04 with Intel's jammy
+# repository, fixed by updating intel-compute-runtime to its latest release (the maintainers' answer) (round 20, r20d)
+_XPU_NONE = re.compile(r"(?i)XPU Device count is zero|No XPU devices? (?:are |is )?(?:available|found)|"
+                       r"torch\.xpu\.device_count\(\)\s*(?:->|=|:|returns)?\s*0\b")
+_NEWER_UBUNTU_OLD_REPO = re.compile(r"(?i)(?:ubuntu\s*2[4-9]\.\d\d|\bnoble\b|\bplucky\b|kernel\s*6\.(?:[89]|1\d)).{0,400}"
+                                    r"\bjammy\b|\bjammy\b.{0,400}(?:ubuntu\s*2[4-9]\.\d\d|\bnoble\b)", re.S)
+
+
+@rule("driver")
+def xpu_without_compute_runtime(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: torch's XPU warning that it counts no device, on Linux (not a Windows paste)."""
+    lines = _lines_matching(ctx, _XPU_NONE)
+    text = _text(ctx)
+    if not lines or ctx.sheet.is_windows or re.search(r"(?i)\bwindows\b|\bwin1[01]\b|\.bat\b", text):
+        return None
+    stale = bool(_NEWER_UBUNTU_OLD_REPO.search(text))
+    why = ("the packages from Intel's jammy (22.04) repository do not work with this newer Ubuntu's kernel" if stale
+           else "that runtime is missing or too old for this kernel and GPU")
+    return _make("driver", "Intel's compute runtime does not give torch the GPU",
+                 "torch's XPU build reaches the Intel GPU through Intel's compute runtime (intel-compute-runtime: the "
+                 f"Level Zero GPU driver and OpenCL ICD) and counts no device: {why}; torch itself is not the problem",
+                 "install the latest intel-compute-runtime release (the .deb packages of github.com/intel/compute-"
+                 "runtime's releases page: intel-level-zero-gpu / libze-intel-gpu1, intel-opencl-icd, libigdgmm, with "
+                 "the Level Zero loader libze1), in place of " + ("the jammy repository's packages" if stale else
+                 "older ones") + "; keep the user in the render group; then clinfo -l (or sycl-ls) must list the "
+                 "GPU before the app starts", [ctx.line_fact(lines[0])], lines[:1])
+
+
 # NVML (libnvidia-ml.so.1) not loadable inside a container or pod: the NVIDIA Container Toolkit injects the driver's
 # libraries only into containers its runtime starts; one started by plain runc (Kubernetes' device plugin under a
 # containerd / docker whose default runtime is runc) has none

@@ -16,6 +16,8 @@
   contrib_extensions  flash-attn's separately built CUDA extensions (layer_norm...) without kernels: their Triton ops
   no_compiler_target  a GFX9 name LLVM has no processor for (gfx903): no build can be made for it
   release_added    a feature path for older GPUs that a tool's later release added (bitsandbytes' int8 matmul)
+  tensorrt_archs   TensorRT refusing the GPU's SM: the first release with its generation (8.5 Ada/Hopper, 10.8 Blackwell)
+  triton_mma       Triton's MMA-version assertion on a card without tensor cores (Pascal and older): unsupported
   kfd_process_vm   KFD failing to create a process's GPU VM: a GPU older than gfx9, not the user's groups
   source_builds    a self-built ROCm (TheRock) whose runtime skips the machine's gfx target: build it for that target
   release_regressions  a newer ROCm crashing on a card an older ROCm the paste names runs: that release, side by side

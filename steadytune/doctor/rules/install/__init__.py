@@ -58,6 +58,7 @@
                      release they were built for (a release table each): that CUDA, or the build for the installed one
   cudnn_headers      a CUDA extension build not finding cudnn.h: the variables its build reads (CUDNN_PATH)
   cudnn_windows      cuDNN installed on Windows but not loaded: cuDNN 9's per-CUDA bin folder, cuDNN 8's zlibwapi.dll
+  cudnn8_crash       a crash in a program's bundled cuDNN 8 DLL (Windows' faulting module): CUDA 11.8 on PATH
   onnxruntime_cuda   onnxruntime-gpu's CUDA provider: the CUDA / cuDNN of its release (a table) or of a program's
                      bundled build, and the CUDA provider on an Intel or AMD GPU
   libraries_missing  a ROCm, CUDA or system library the loader does not find

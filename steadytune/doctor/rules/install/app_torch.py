@@ -52,6 +52,14 @@ APPS = (
     App("SD.Next", r"(?i)\bSD\.?Next\b|\bsdnext\b|vladmandic", "venv/bin/python", r"venv\Scripts\python.exe",
         "or start it once with --use-rocm (NVIDIA: --use-cuda; Windows AMD: --use-zluda) and --reinstall", "", "",
         "SD.Next installer's --use-* backend flags"),
+    # (Forge Neo before Forge: its name contains Forge's) its launch_utils.py pins its own torch: 2.8.0+cu128 in the
+    # 2025 releases (Haoming02/sd-webui-forge-classic#269: the cu128 build replaced by PyPI's CPU torch 2.9.0 through
+    # requirements.txt), torch 2.9.1+cu130 in later ones (its modules/launch_utils.py, TORCH_INDEX_URL default
+    # whl/cu130) (round 20, r20d)
+    App("Forge Neo", r"(?i)\bforge[-_ ]?neo\b|\bwebui neo\b", "venv/bin/python", r"venv\Scripts\python.exe",
+        "or set TORCH_COMMAND in webui-user.bat / .sh, delete venv and start again (releases from torch 2.9.1 on "
+        "take whl/cu130, which needs a driver that runs CUDA 13)", "cu128", "2.8.0",
+        "Forge Neo modules/launch_utils.py: torch==2.8.0+cu128 (2025), later torch==2.9.1+cu130 from TORCH_INDEX_URL"),
     App("Forge", r"(?i)stable-diffusion-webui-forge|(?<![-\w])Forge\b", "venv/bin/python", r"venv\Scripts\python.exe",
         "or set TORCH_COMMAND in webui-user.sh / .bat, delete venv and start again", "cu121", "2.3.1",
         "Forge modules/launch_utils.py: torch==2.3.1 from TORCH_INDEX_URL, default whl/cu121"),

@@ -97,6 +97,41 @@ def _toolkit_said(ctx: Context) -> Optional[str]:
     return found.pop() if len(found) == 1 else None
 
 
+# SDKs that are mostly installed by unpacking an archive (no package puts their libraries where the loader looks):
+# TensorRT's tar / zip (libnvinfer, its plugins and parsers), the ONNX Runtime C/C++ release archive (libonnxruntime),
+# LibTorch's zip (libtorch, libc10). Their install guides end with the archive's lib folder added to LD_LIBRARY_PATH
+# (TensorRT's installation guide, tar file: "Add the absolute path to the TensorRT lib directory to the environment
+# variable LD_LIBRARY_PATH"; mmdeploy's TensorRT build docs export TENSORRT_DIR and LD_LIBRARY_PATH=$TENSORRT_DIR/lib;
+# open-mmlab/mmdeploy#2594 fixed so). The Debian packages of TensorRT are named by major (libnvinfer8, libnvinfer10:
+# TensorRT's installation guide, Debian install) (round 20, r20d)
+_TAR_SDKS = (
+    (re.compile(r"^lib(?:nvinfer|nvonnxparser|nvparsers|nvinfer_plugin)\w*\.so(?:\.(\d+))?"), "TensorRT",
+     "<TensorRT-X.Y.Z>/lib:<cuda>/lib64:<cudnn>/lib (the unpacked tar's lib folder, with the CUDA and cuDNN it was "
+     "built for)",
+     "or install it as packages: NVIDIA's CUDA apt repository's libnvinfer{major} (and its plugin / parser packages), "
+     "or pip install tensorrt, whose libraries come with the wheel"),
+    (re.compile(r"^libonnxruntime(?:_providers_\w+)?\.so"), "ONNX Runtime's C/C++ release",
+     "<onnxruntime-linux-x64-X.Y.Z>/lib (the unpacked archive's lib folder)", ""),
+    (re.compile(r"^lib(?:torch|torch_cpu|torch_cuda|c10|c10_cuda)\.so"), "LibTorch",
+     "<libtorch>/lib (the unzipped LibTorch's lib folder)", ""),
+)
+
+
+def _tar_sdk_fix(name: str) -> Optional[tuple[str, str]]:
+    """(cause, fix) where the missing library is one of an SDK usually unpacked from an archive."""
+    for pattern, sdk, folder, packages in _TAR_SDKS:
+        m = pattern.match(name)
+        if m is None:
+            continue
+        major = (m.group(1) if m.groups() and m.group(1) else "<major>")
+        return (f"{name} is {sdk}'s library; {sdk} unpacked from its archive puts its libraries in its own lib "
+                "folder, which the loader does not search unless LD_LIBRARY_PATH names it",
+                f"export LD_LIBRARY_PATH={folder.split(' (')[0]}:$LD_LIBRARY_PATH ({folder.split(' (', 1)[1][:-1]}; add the line to ~/.bashrc or the environment's "
+                "activate script so every shell has it), then import again"
+                + (f"; {packages.format(major=major)}" if packages else ""))
+    return None
+
+
 def _missing_library_fix(ctx: Context, name: str, text: str) -> Optional[tuple[str, str, str]]:
     """(title, cause, fix) for the missing libraries that are not ROCm's own runtime."""
     therock = ctx.sheet.has("layout", "therock")
@@ -757,6 +792,10 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
                          f"into {built}, a folder the loader does not search", f"export LD_LIBRARY_PATH={built}/lib:"
                          "$LD_LIBRARY_PATH before running (in the job script on a cluster), or install it into a "
                          "system prefix and run ldconfig", [ctx.line_fact(first)], errors)
+        sdk = _tar_sdk_fix(name)
+        if sdk is not None:
+            return _make("rocm-libs-missing", f"{name} is not on the loader's path", sdk[0], sdk[1],
+                         [ctx.line_fact(first)], errors)
         # not ROCm's: the distribution package or the pip package that ships this library
         fix = (f"install the package that ships {name}: apt-file search {name} (dnf provides '*/{name}') names the "
                "distribution package; a library that lives in site-packages comes with its pip package, so "

@@ -17,7 +17,8 @@ from steadytune.doctor.error_lines import family
 from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _text, on_windows, rule
 
 # onnxruntime-gpu release (PyPI's build) -> (CUDA, cuDNN on Linux, cuDNN on Windows). 1.17 and 1.18 had CUDA 12 builds
-# on a separate feed; from 1.19 PyPI's is the CUDA 12 + cuDNN 9 build and the CUDA 11.8 + cuDNN 8 one is on the feed
+# on a separate feed (the requirements table: 1.17's CUDA 12.2 build wants cuDNN 8.9.2.26; round 20, r20d); from
+# 1.19 PyPI's is the CUDA 12 + cuDNN 9 build and the CUDA 11.8 + cuDNN 8 one is on the feed
 ORT_GPU_BUILDS = {(1, 0): ("10.0", "7.6", "7.6"), (1, 1): ("10.0", "7.6", "7.6"),
                   **{(1, m): ("10.1", "7.6", "7.6") for m in (2, 3, 4)}, (1, 5): ("10.2", "8.0", "8.0"),
                   (1, 6): ("10.2", "8.0", "8.0"), (1, 7): ("11.0", "8.0", "8.0"), (1, 8): ("11.0", "8.0", "8.0"),
@@ -85,7 +86,8 @@ def onnxruntime_cuda_provider_libraries(ctx: Context) -> Optional[Diagnosis]:
                      f"onnxruntime-gpu was built for, from {where}; one of them (or the MSVC runtime) is missing or of "
                      "another major, so the provider does not load and onnxruntime falls back to the CPU",
                      "install the CUDA and cuDNN your onnxruntime-gpu was built for (pip show onnxruntime-gpu gives "
-                     "the release): 1.15 to 1.18 from PyPI need CUDA 11.8 and cuDNN 8.x (for CUDA 11), 1.19 and "
+                     "the release): 1.15 to 1.18 from PyPI need CUDA 11.8 and cuDNN 8.x (for CUDA 11), the CUDA 12 builds "
+                     "of 1.17 and 1.18.0 (onnxruntime's own feed) CUDA 12.x and cuDNN 8.9 (for CUDA 12), 1.19 and "
                      "newer CUDA 12.x and cuDNN 9.x; put both bin folders on " + where + " and open a new terminal "
                      "(or pip install the release matching the CUDA you have; importing torch first also loads its "
                      "CUDA DLLs)" + _msvc(windows), [ctx.line_fact(lines[0])], lines[:1])

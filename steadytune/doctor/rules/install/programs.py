@@ -154,19 +154,29 @@ def amd_support_question(ctx: Context) -> Optional[Diagnosis]:
                  confirmed=False)
 
 
+# cpm_kernels' words when it cannot load a CUDA library by name (its library/base.py: a ctypes load of cudart,
+# cublas / cublasLt, nvrtc; ChatGLM's quantize() runs on it): "Library cudart is not initialized" (round 20, r20d:
+# widened from cublasLt alone; ssbuild/chatglm_finetuning#96 fixed by conda install cudatoolkit=11.7 -c nvidia)
+_NOT_INITIALISED = re.compile(r"(?i)Library (cublasLt|cublas|cudart|nvrtc|curand|cusparse) is not initiali[sz]ed")
+
+
 @rule("rocm-libs-missing")
 def cublaslt_not_initialized(ctx: Context) -> Optional[Diagnosis]:
-    """"Library cublasLt is not initialized": torch found a cuBLASLt it cannot start, the CUDA runtime libraries of the
-    environment (a conda env's cudatoolkit) missing or of another CUDA version than torch's."""
-    lines = _said(ctx, "cublaslt", r"(?i)Library cublasLt is not initiali[sz]ed")
+    """"Library cublasLt is not initialized", "Library cudart is not initialized": cpm_kernels (ChatGLM's quantize
+    kernels) loads the CUDA runtime libraries by name from the environment, and torch's pip wheels keep theirs under
+    names it does not look for: the environment's CUDA runtime (a conda env's cudatoolkit) is missing or of another
+    CUDA version than torch's."""
+    lines = _said(ctx, "is not initiali", _NOT_INITIALISED.pattern)
     if not lines:
         return None
-    return _make("rocm-libs-missing", "cuBLASLt does not start",
-                 "torch loads a cuBLASLt it cannot initialise: the environment's CUDA runtime libraries are missing or "
-                 "of another CUDA version than torch's",
+    name = _NOT_INITIALISED.search(lines[0].line).group(1)
+    return _make("rocm-libs-missing", f"the CUDA library {name} is not found by name",
+                 f"cpm_kernels (the int4 / int8 kernels of ChatGLM's quantize()) loads {name} itself from the "
+                 "environment's CUDA runtime libraries, which are missing or of another CUDA version than torch's",
                  "install the CUDA runtime of torch's CUDA version into the environment: conda install cudatoolkit="
-                 "<python -c 'import torch; print(torch.version.cuda)'> (or pip install torch from the CUDA index, "
-                 "whose wheels bring cuBLAS), and take other CUDA lib64 folders off LD_LIBRARY_PATH",
+                 f"<python -c 'import torch; print(torch.version.cuda)'> -c nvidia, which brings {name} (or the CUDA "
+                 "toolkit of that version, its lib64 on LD_LIBRARY_PATH / its bin on PATH; pip install torch from the CUDA index "
+                 "brings cuBLAS for torch alone), and take other CUDA lib64 folders off LD_LIBRARY_PATH",
                  [ctx.line_fact(lines[0])], lines[:1])
 
 

@@ -696,3 +696,36 @@ def fp16_refused_beside_an_nvidia_gpu(ctx: Context) -> Optional[Diagnosis]:
                  "torch.cuda.is_available())\" (a +cpu version, False); then pip uninstall -y torch and "
                  + _cuda_index_for_driver(ctx, arch) + " in that environment, and keep fp16 (or bf16) on",
                  [f for f in (fact,) if f], lines[:1], confirmed=False)
+
+
+# the user asking which CUDA release the program needs, or whether the CUDA release is the cause ("是CUDA版本的问题吗？",
+# "最低CUDA版本是哪个", "which CUDA version do I need", "is it a CUDA version problem")
+_CUDA_RELEASE_ASKED = re.compile(r"(?i)(?:是|因为)\s*CUDA\s*版本的?问题|最低\s*(?:的)?\s*CUDA\s*版本|CUDA\s*版本\s*(?:要求|需要|是多少|是哪个)|"
+                                 r"\bwhich CUDA (?:version|release)\b[^\n]{0,30}\b(?:need|require|support)|"
+                                 r"\b(?:minimum|lowest|required) CUDA (?:version|release)\b|"
+                                 r"\bis (?:it|this) (?:a|the) CUDA version (?:problem|issue)\b")
+_FAILED_SAID = re.compile(r"(?i)报错|出错|错误|\berrors?\b|\berrored\b|\bfails?\b|\bfailed\b|\bcrash\w*")
+
+
+@rule("torch-build")
+def cuda_release_asked(ctx: Context) -> Optional[Diagnosis]:
+    """A run failing on an NVIDIA card and the user asking whether the installed CUDA release is the cause: a torch
+    CUDA wheel brings its own CUDA runtime, so the toolkit release is not what decides; the torch in the environment is
+    (an old release pinned by the project's requirements, or a build without the card's arch). Reinstalling torch,
+    a current build for the card, is the fix (OpenMOSS/MOSS#109: an RTX 3090 with CUDA 11.1 failing int4 inference
+    on requirements.txt's torch 1.10.1; pip uninstall torch then pip install torch fixed it) (round 20, r20d)."""
+    asked = _lines_matching(ctx, _CUDA_RELEASE_ASKED)
+    if not asked or not _nvidia_gpu(ctx) or _vendor(ctx) == "amd":
+        return None
+    if any(e.family not in (None, "torch-build") for e in ctx.errors) or not _lines_matching(ctx, _FAILED_SAID):
+        return None
+    arch, _fact = ctx.arch()
+    index = _cuda_index_for_driver(ctx, arch)
+    return _make("torch-build", "the torch in the environment, not the CUDA toolkit, decides",
+                 "torch's CUDA wheels bring their own CUDA runtime: the CUDA toolkit release installed is not what the "
+                 "run uses (only the driver must be new enough); the torch in the environment is (an old release "
+                 "pinned by the project's requirements, or a build without this card)",
+                 "pip uninstall torch torchvision torchaudio -y, then pip install torch again, a current build for "
+                 f"this card: {index}; check python -c \"import torch; print(torch.__version__, "
+                 "torch.cuda.is_available())\", then run the program again (keep its other requirements; drop only "
+                 "its old torch pin)", [], asked[:1], confirmed=False)

@@ -122,3 +122,39 @@ def sdnext_cpu_torch(ctx: Context) -> Optional[Diagnosis]:
                         "installer then replaces the CPU torch with that backend's build; afterwards start it as "
                         "usual (or delete the venv folder and start again with the flag)",
                         [ctx.line_fact(said[0])], said[:1]))
+
+
+# torch refusing the Intel GPU because it is not its XPU build ("Torch not compiled with XPU enabled"), and the signs
+# that the paste is SD.Next's (its issue template's "Compute: Intel IPEX", its own name)
+_NO_XPU = re.compile(r"(?i)Torch not compiled with XPU enabled|torch\.xpu\.is_available\(\)\s*(?:->|=|:|is|returns)?\s*"
+                     r"False")
+_SDNEXT_IPEX = re.compile(r"(?i)\bCompute:\s*Intel IPEX\b|--use-ipex\b")
+
+
+@rule("torch-build")
+def torch_without_xpu(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: torch's "not compiled with XPU enabled": the torch installed is a build without Intel's XPU backend
+    (the CPU wheel from PyPI, or a CUDA one). An app that installs torch for itself keeps the one it chose until told
+    to reinstall: SD.Next with --use-ipex --reinstall (vladmandic/sdnext#4357, the maintainer's answer); elsewhere
+    torch's XPU wheels (pytorch.org's "Getting Started on Intel GPU": pip install torch --index-url
+    https://download.pytorch.org/whl/xpu, torch 2.5 and newer) (round 20, r20d)."""
+    lines = _lines_matching(ctx, _NO_XPU)
+    if not lines:
+        return None
+    text = _text(ctx)
+    windows = on_windows(ctx, text)
+    start = "webui.bat" if windows else "./webui.sh"
+    wheel = ("pip uninstall -y torch torchvision torchaudio; pip install torch torchvision torchaudio --index-url "
+             "https://download.pytorch.org/whl/xpu (with Intel's GPU driver installed); python -c \"import torch; "
+             "print(torch.xpu.is_available())\" must print True")
+    if _SDNEXT.search(text) or _SDNEXT_LOG.search(text) or _SDNEXT_IPEX.search(text):
+        fix = (f"start SD.Next once with {start} --use-ipex --reinstall: its installer then replaces the torch in its "
+               "venv with the XPU (IPEX) build; afterwards start it with --use-ipex (or delete the venv folder and "
+               "start again with --use-ipex)")
+    else:
+        fix = ("in the program's own environment (its venv): " + wheel + "; an app that installs torch itself needs "
+               "its Intel switch and a reinstall instead (SD.Next: --use-ipex --reinstall)")
+    return _make("torch-build", "torch here is not the XPU build for the Intel GPU",
+                 "torch's XPU backend, which Intel GPUs run on, is only in its XPU builds; the torch installed (the CPU "
+                 "wheel a plain install or a first start without the Intel switch brings) has none",
+                 fix, [ctx.line_fact(lines[0])], lines[:1])

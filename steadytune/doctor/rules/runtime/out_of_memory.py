@@ -293,6 +293,18 @@ def out_of_memory(ctx: Context) -> Optional[Diagnosis]:
                      "the weights, in the precision they were loaded in, and the activations and cache of one "
                      "generation need more memory than the GPU has free", INFERENCE_OOM_FIX,
                      [ctx.line_fact(errors[0])], errors, confirmed=proper)
+    if hit is not None and hit.catalogue.entry.id == "out-of-memory" and not _training(ctx) and proper:
+        # neither a training run nor a model run is said (a bare torch message under an issue template): the general
+        # entry's knobs are a training step's, and a run that only loads and runs a model has one of its own, its
+        # 4-bit / 8-bit release (binary-husky/gpt_academic#533: ChatGLM on an 8 GB RTX 3070, fixed by its int4
+        # checkpoint) (round 20, r20d)
+        diagnosis = _restate("out-of-memory", hit, errors)
+        diagnosis.fix = (f"{diagnosis.fix}; where the program only runs the model (chat, generation), load a smaller "
+                         "form of it instead: its int4 (4-bit) or int8 quantized release (ChatGLM's -int4 checkpoints, "
+                         "or from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))), in "
+                         "fp16 rather than fp32")
+        diagnosis.entry = None
+        return diagnosis
     if hit is not None:
         return _restate("out-of-memory", hit, errors)
     return _make("out-of-memory", "the GPU ran out of memory", "the job needs more GPU memory than is free",

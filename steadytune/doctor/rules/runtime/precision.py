@@ -7,7 +7,8 @@ import re
 from typing import Optional
 
 from steadytune.doctor.error_lines import ErrorLine
-from steadytune.doctor.rules.base import _catalogue, Context, Diagnosis, _make, _restate, rule
+from steadytune.doctor.rules.base import (_catalogue, Context, Diagnosis, _cuda_index_for_driver, _lines_matching,
+                                          _make, _restate, rule)
 from steadytune.doctor.rules.runtime.demo_dtype_flags import demo_dtype_flag
 from steadytune.doctor.rules.runtime.shared import _GTX16, _text_of, _training, _WHISPER
 
@@ -161,6 +162,10 @@ _ZERO_LOSS = re.compile(r"(?i)\bloss\b.{0,24}?(?<![\d.])0(?:\.0+)?(?![.\d])|loss
 _SLOW_FP16 = re.compile(r"sm_(?:[3-5]\d|6[12])")
 
 
+# the CPU asked for outright, or a machine without an NVIDIA GPU (a Mac): the CPU's float16 refusal is then expected
+_ASKED_CPU = re.compile(r"(?i)--device\s+cpu|device\s*=\s*[\"']cpu|\bmac ?os\b|\bmacbook\b|\bApple M\d")
+
+
 def _format_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis]:
     """A tool refusing a number format for this GPU in its own words: CTranslate2's float16 on a GPU without fast
     fp16, ptxas refusing bf16 below sm_80, torch's GradScaler refusing fp16 gradients."""
@@ -171,6 +176,27 @@ def _format_refused(ctx: Context, errors: list[ErrorLine]) -> Optional[Diagnosis
     ct2 = re.search(r"(?i)efficient float16 computation", text) or (
         re.search(r"(?i)\b(?:float16|fp16|half)\b.{0,30}\b(?:Maxwell|Pascal|Kepler)\b", text)
         and (_WHISPER.search(joined) or re.search(r"(?i)whisperx", joined)))
+    if ct2 and arch and re.fullmatch(r"sm_\d{2,3}", arch) and int(arch[3:]) >= 70 and not _ASKED_CPU.search(joined):
+        # the GPU has fast float16 (compute capability 7.0+), so the refusal is the CPU's: the run never reached the
+        # GPU. WhisperX picks its device from torch (--device defaults to cuda when torch.cuda.is_available()), so a
+        # CPU torch puts it on the CPU; its README's setup is torch 2.0.0 with torchaudio from the CUDA 11.8 build
+        # (conda install pytorch==2.0.0 torchaudio==2.0.0 pytorch-cuda=11.8 -c pytorch -c nvidia); m-bain/whisperX
+        # #1143: an RTX 4050, fixed by the cu118 torch (round 20, r20d)
+        whisperx = bool(re.search(r"(?i)whisperx", joined))
+        torch_fix = ("pip install torch==2.0.0 torchaudio==2.0.0 --index-url https://download.pytorch.org/whl/cu118 "
+                     "(WhisperX's README setup: torch 2.0.0 for CUDA 11.8; a newer WhisperX release: the torch its "
+                     "requirements pin, from the CUDA index of that torch)" if whisperx else
+                     (_cuda_index_for_driver(ctx, arch) if ctx.sheet.of("cuda") else
+                      "pip install torch torchaudio --index-url https://download.pytorch.org/whl/cu118 for a CUDA "
+                      "11.x install (the CUDA 11.8 build WhisperX's README sets up), or whl/cu126 / cu128 for CUDA "
+                      "12.x") + " (the program takes its device from that torch; device=\"cuda\" where code sets "
+                     "it)")
+        return _make("torch-build", "the model runs on the CPU, not on the GPU",
+                     f"this GPU ({arch}) has fast float16, so CTranslate2's refusal comes from the CPU: the program "
+                     "chose the CPU because the torch in its environment has no CUDA (a CPU build), and float16 has no "
+                     "efficient CPU path", f"in the program's environment: pip uninstall -y torch torchaudio; "
+                     f"{torch_fix}; python -c \"import torch; print(torch.cuda.is_available())\" must print True, then "
+                     "run with --device cuda --compute_type float16", evidence, errors)
     if ct2:
         on = f" ({arch})" if arch else ""
         return _make("precision", "CTranslate2 has no fast float16 on this GPU",
@@ -538,3 +564,20 @@ def precision(ctx: Context) -> Optional[Diagnosis]:
                  "run the model in a format the GPU has: fp16 on GPUs without bf16 (NVIDIA before Ampere, AMD RDNA2 and "
                  "older), bf16 or fp16 where fp8 / fp4 are missing (--dtype, torch_dtype, or the tool's precision "
                  "option), fp32 to confirm", evidence, errors, confirmed=False)
+
+
+@rule("torch-build")
+def float16_refused_in_words(ctx: Context) -> Optional[Diagnosis]:
+    """CTranslate2's float16 refusal said in the user's words ("it still says that it doesn't support efficient float16
+    computation") rather than pasted as its ValueError, on a GPU that has fast float16: the run is on the CPU
+    (_format_refused's reading of the same refusal)."""
+    if any(e.family == "precision" for e in ctx.errors):
+        return None   # the refusal is an error line: read there
+    said = _lines_matching(ctx, _FLOAT16_SAID)
+    if not said:
+        return None
+    diagnosis = _format_refused(ctx, said)
+    return diagnosis if diagnosis is not None and diagnosis.family == "torch-build" else None
+
+
+_FLOAT16_SAID = re.compile(r"(?i)efficient float16 computation")

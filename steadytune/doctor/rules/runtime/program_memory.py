@@ -261,7 +261,8 @@ _PROGRAMS = (
             "the ncnn Vulkan upscalers process the image in tiles; the tile size picked (0, the default, chooses one "
             "from the VRAM it reads) needs more device memory than the GPU can give (vkAllocateMemory -2 is "
             "VK_ERROR_OUT_OF_DEVICE_MEMORY)",
-            "a smaller tile size: -t 200 (or 100; 32 is the least), and for several GPUs one per GPU (-t 200,200); "
+            "a smaller tile size: -t 100 (-t 200 may do on a card of 6 GB or more; 32 is the least), and for several GPUs "
+            "one per GPU (-t 100,100); "
             "Upscayl: a smaller Tile Size in its settings"),
     # face swappers (their argument parsers): Swap-Mukham's app.py --batch_size (32 by default) sets the frames sent
     # through the swapper and enhancer at once; FaceFusion's --execution-thread-count / --execution-queue-count and
