@@ -229,6 +229,21 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "/usr/lib64/nvidia/libnvidia-ml.so* (and libcuda.so*) must point at the loaded module's version; "
                "remove or relink the stale ones, then sudo ldconfig")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
+        # round 20 (r20a): the machine's own listings name both versions -- the module's (/proc/driver/nvidia/version's
+        # "Kernel Module 520.56.06") and an installed package's (dpkg -l's "ii nvidia-smi 525.85.12-1") -- and a reboot
+        # did not join them: the package upgrade stopped half-way (its new kernel module never built / installed), so
+        # apt has to finish it (illinois-scicomp/machine-shop-maintenance#70: apt update + apt install --fix-broken)
+        loaded = re.search(r"(?i)Kernel Module\s+(\d+)\.\d+", joined)
+        packaged = re.findall(r"(?im)^ii\s+\S*nvidia\S*\s+(?:\d+:)?(\d+)\.\d+", joined)
+        newer = [v for v in packaged if loaded and v != loaded.group(1)]
+        if newer and not ctx.sheet.is_windows:
+            fix = (f"the installed driver packages are {newer[0]} but the kernel module that loads is still "
+                   f"{loaded.group(1)}, so the upgrade did not finish (its new module was never built): sudo apt update "
+                   f"&& sudo apt install --fix-broken (with the NVIDIA / distribution repositories that upgrade came "
+                   f"from still in the sources list), then reboot; cat /proc/driver/nvidia/version must then say "
+                   f"{newer[0]}; " + fix)
+            cause = (f"a half-finished driver upgrade: user-space {newer[0]} packages over the {loaded.group(1)} kernel "
+                     "module, which a reboot does not change")
     # (the kernel's "module verification failed: signature and/or required key missing - tainting kernel" says it
     # LOADED an unsigned module: signatures are not enforced there, so Secure Boot refused nothing)
     elif re.search(r"(?i)Key was rejected by service|Required key not available|unsigned module|module verification "
