@@ -283,6 +283,8 @@ import steadytune.doctor.rules.runtime.cuda_notes  # noqa: E402,F401
 # round 20 (r20a): ZLUDA under torch 2.4+, and (below) the other readings of round 20's AMD / Ollama / GPUStack cases
 import steadytune.doctor.rules.install.zluda_cublaslt  # noqa: E402,F401
 import steadytune.doctor.rules.install.library_dirs  # noqa: E402,F401
+import steadytune.doctor.rules.install.zluda_installer  # noqa: E402,F401
+import steadytune.doctor.rules.arch.distro_rocblas  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 
