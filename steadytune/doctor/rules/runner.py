@@ -176,6 +176,8 @@ import steadytune.doctor.rules.install.pyg_wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_stubs  # noqa: E402,F401
 import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
 import steadytune.doctor.rules.install.jax_local_cuda  # noqa: E402,F401
+# round 20 (r20a): ahead of the missing-library readings, which would install the CUDA runtime on an AMD machine
+import steadytune.doctor.rules.install.cuda_tools_on_amd  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 # round 19 (r19b): the linker's cache after a source install, a container's links to the host driver
 import steadytune.doctor.rules.install.linker_cache  # noqa: E402,F401
