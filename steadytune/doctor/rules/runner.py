@@ -9,6 +9,8 @@ from steadytune.doctor.rules.base import Context, Diagnosis, RULES, _restate
 
 # the family modules register their rules when imported, in this order (the order breaks ties between diagnoses)
 import steadytune.doctor.rules.variables  # noqa: E402,F401
+# round 20 (r20a): a hosted notebook's CPU runtime comes before any reading of the user's own machine
+import steadytune.doctor.rules.machine.notebook_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.arch.overrides  # noqa: E402,F401
 import steadytune.doctor.rules.arch.own_cuda_builds  # noqa: E402,F401
 import steadytune.doctor.rules.arch.arch_missing  # noqa: E402,F401
