@@ -290,6 +290,7 @@ import steadytune.doctor.rules.install.library_dirs  # noqa: E402,F401
 import steadytune.doctor.rules.install.zluda_installer  # noqa: E402,F401
 import steadytune.doctor.rules.machine.unified_page_cache  # noqa: E402,F401
 import steadytune.doctor.rules.machine.ollama_vulkan_igpu  # noqa: E402,F401
+import steadytune.doctor.rules.machine.gpustack_indices  # noqa: E402,F401
 import steadytune.doctor.rules.arch.distro_rocblas  # noqa: E402,F401
 import steadytune.doctor.rules.install.ollama_source_builds  # noqa: E402,F401
 import steadytune.doctor.rules.arch.prebuilt_blackwell  # noqa: E402,F401
