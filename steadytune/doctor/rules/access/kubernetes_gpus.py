@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _text, rule
 
 
 _KUBERNETES = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bk3s\b|\bmicrok8s\b|\bkubectl\b|\bkubelet\b|\bkubeadm\b|"
@@ -124,14 +124,15 @@ def _runtimeclass_not_default(ctx: Context, text: str) -> Optional[Diagnosis]:
         return None
     named = [fix for _name, pattern, fix in _ENGINES if re.search(pattern, text)]
     rest = [fix for _name, pattern, fix in _ENGINES if not re.search(pattern, text)]
-    return _make("visibility", "the NVIDIA RuntimeClass exists, but the pods do not run under it",
+    # (ahead of the device-plugin reading: the RuntimeClass being there says the toolkit and runtime are installed)
+    return _ahead_of(_make("visibility", "the NVIDIA RuntimeClass exists, but the pods do not run under it",
                  "a RuntimeClass applies only to pods that name it (runtimeClassName: nvidia); the workloads that do "
                  "not (the GPU platform's worker pods, the device plugin) still start under the engine's default "
                  "runtime, runc, which gives them no GPU",
                  "make nvidia the container engine's default runtime on the GPU nodes: "
                  + "; ".join(named or rest) + "; or add runtimeClassName: nvidia to the spec of every pod that "
                  "needs the GPU; then restart those pods (kubectl exec into one: nvidia-smi must list the GPUs)",
-                 [ctx.line_fact(said[0])], said[:1])
+                 [ctx.line_fact(said[0])], said[:1]), "device-access")
 
 
 @rule("visibility")
