@@ -298,6 +298,15 @@ KNOWN_MISSES = {
                                                   "the paste shows only the cu117 extra index, and that index carried "
                                                   "several torch releases (doctor names the class: torch==<release>"
                                                   "+cu117 from that index alone)",
+    # round 20 (r20a): a fix only the thread could know, and a case labelled apart from its twins
+    "https://github.com/gpustack/gpustack/issues/4166": "the fix is the gpustack-runtime release (0.1.38.post1) that "
+                                                        "repaired AMD detection after GPUStack v2.0.2; the paste names "
+                                                        "only an MI308X not recognised, no GPUStack or runtime release",
+    "https://github.com/kijai/ComfyUI-CogVideoXWrapper/issues/40": "torch._scaled_mm refusing an RTX 3090 under an fp8 "
+                                                                  "fast mode, labelled gpu-unsupported like "
+                                                                  "HunyuanVideoWrapper#381 and precision in their two "
+                                                                  "twins (HunyuanVideoWrapper#98, PyramidFlowWrapper"
+                                                                  "#43) for the same fix, which doctor already gives",
 }
 
 
