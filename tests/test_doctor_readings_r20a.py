@@ -73,8 +73,8 @@ READINGS = [
     # a DGX Spark refusing a model the page cache holds memory for
     ("DGX Spark (GB10), ollama 0.12.6\nError: model requires more system memory (101.2 GiB) than is available "
      "(98.7 GiB)\nfree -h shows 90G in buff/cache", "apu-memory", ["drop_caches"]),
-    # a Kaggle-like Colab notebook run from a MacBook
-    ("running the Colab notebook for FramePack from my MacBook\nAssertionError: Torch not compiled with CUDA enabled",
+    # a Colab notebook run from a MacBook
+    ("running the Colab notebook for FramePack from my MacBook\nRuntimeError: No CUDA GPUs are available",
      "visibility", ["Change runtime type"]),
     # Ollama in a vendor's Vulkan image on a Radeon 890M
     ("docker run someone/ollama:0.9.0-vulkan on a Ryzen AI 9 HX 370 (Radeon 890M)\nmsg=\"offload to vulkan\" "

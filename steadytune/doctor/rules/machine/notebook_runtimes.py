@@ -16,7 +16,7 @@ from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matc
 
 _COLAB = re.compile(r"(?i)\bcolab\b|\bgoogle\W{0,3}coll?ab\b|colab\.research\.google\.com|\bgoogle\.colab\b")
 _NO_GPU = re.compile(r"(?i)Found no NVIDIA driver|No CUDA GPUs are available|torch\.cuda\.is_available\(\)\W{0,5}False|"
-                     r"NVIDIA-SMI has failed|nvidia-smi\W{0,3}(?:command )?not found|Torch not compiled with CUDA|"
+                     r"NVIDIA-SMI has failed|nvidia-smi\W{0,3}(?:command )?not found|"
                      r"\bno GPU (?:found|available|detected)\b|GPU (?:is )?not (?:available|found|detected)")
 
 
