@@ -325,6 +325,15 @@ KNOWN_MISSES = {
     "https://github.com/janhq/jan/issues/5709": "the fix is the CUDA 11.7 runtime files from llama.cpp's release page "
                                                 "in Jan's engine folder; the paste says only that the model hangs "
                                                 "while loading on Windows, naming no CUDA, backend or error",
+    # round 20 (r20a): a fix only the thread could know, and a case labelled apart from its twins
+    "https://github.com/gpustack/gpustack/issues/4166": "the fix is the gpustack-runtime release (0.1.38.post1) that "
+                                                        "repaired AMD detection after GPUStack v2.0.2; the paste names "
+                                                        "only an MI308X not recognised, no GPUStack or runtime release",
+    "https://github.com/kijai/ComfyUI-CogVideoXWrapper/issues/40": "torch._scaled_mm refusing an RTX 3090 under an fp8 "
+                                                                  "fast mode, labelled gpu-unsupported like "
+                                                                  "HunyuanVideoWrapper#381 and precision in their two "
+                                                                  "twins (HunyuanVideoWrapper#98, PyramidFlowWrapper"
+                                                                  "#43) for the same fix, which doctor already gives",
 }
 
 

@@ -112,6 +112,13 @@ def rebuild_line(tool: Optional[str], arch: str) -> Optional[str]:
                 f"-DBNB_ROCM_ARCH={base} -S . && make")
     if tool in ("vllm", "flash-attn", "xformers", "deepspeed"):
         return f"rebuild {tool} for the arch: PYTORCH_ROCM_ARCH={base} pip install --no-build-isolation ."
+    if tool == "hipblaslt":
+        # round 20 (r20a): hipBLASLt is an optional path of torch's matmuls (rocBLAS / hipBLAS carry more archs):
+        # torch's switch is the quick way out (catalogue entries hipblaslt-no-paths, hipblaslt-unsupported-arch;
+        # Comfy-Org/ComfyUI#3698 for a gfx906 under ROCm 6.1, where the thread notes torch 2.4 is the first to read it)
+        return (f"export TORCH_BLAS_PREFER_HIPBLASLT=0 for the program that calls it (torch then runs its matmuls on "
+                f"hipBLAS / rocBLAS, which carry {base}; read from torch 2.4), or a hipblaslt built with "
+                f"-DAMDGPU_TARGETS={base} (or the ROCm release whose hipblaslt lists {base})")
     if tool in ("rocblas", "hipblaslt", "miopen", "migraphx"):
         return f"a {tool} built with -DAMDGPU_TARGETS={base} (or the ROCm release whose {tool} lists {base})"
     return None

@@ -9,6 +9,8 @@ from steadytune.doctor.rules.base import Context, Diagnosis, RULES, _restate
 
 # the family modules register their rules when imported, in this order (the order breaks ties between diagnoses)
 import steadytune.doctor.rules.variables  # noqa: E402,F401
+# round 20 (r20a): a hosted notebook's CPU runtime comes before any reading of the user's own machine
+import steadytune.doctor.rules.machine.notebook_runtimes  # noqa: E402,F401
 import steadytune.doctor.rules.arch.overrides  # noqa: E402,F401
 import steadytune.doctor.rules.arch.own_cuda_builds  # noqa: E402,F401
 import steadytune.doctor.rules.arch.arch_missing  # noqa: E402,F401
@@ -183,6 +185,8 @@ import steadytune.doctor.rules.install.pyg_wheels  # noqa: E402,F401
 import steadytune.doctor.rules.install.cuda_stubs  # noqa: E402,F401
 import steadytune.doctor.rules.install.rocm_package_renames  # noqa: E402,F401
 import steadytune.doctor.rules.install.jax_local_cuda  # noqa: E402,F401
+# round 20 (r20a): ahead of the missing-library readings, which would install the CUDA runtime on an AMD machine
+import steadytune.doctor.rules.install.cuda_tools_on_amd  # noqa: E402,F401
 import steadytune.doctor.rules.install.libraries_missing  # noqa: E402,F401
 # round 19 (r19b): the linker's cache after a source install, a container's links to the host driver
 import steadytune.doctor.rules.install.linker_cache  # noqa: E402,F401
@@ -301,6 +305,16 @@ import steadytune.doctor.rules.install.jax_cublas_pin  # noqa: E402,F401
 import steadytune.doctor.rules.install.openmmlab_versions  # noqa: E402,F401
 import steadytune.doctor.rules.arch.extension_source_builds  # noqa: E402,F401
 import steadytune.doctor.rules.install.msvc_range  # noqa: E402,F401
+# round 20 (r20a): ZLUDA under torch 2.4+, and (below) the other readings of round 20's AMD / Ollama / GPUStack cases
+import steadytune.doctor.rules.install.zluda_cublaslt  # noqa: E402,F401
+import steadytune.doctor.rules.install.library_dirs  # noqa: E402,F401
+import steadytune.doctor.rules.install.zluda_installer  # noqa: E402,F401
+import steadytune.doctor.rules.machine.unified_page_cache  # noqa: E402,F401
+import steadytune.doctor.rules.machine.ollama_vulkan_igpu  # noqa: E402,F401
+import steadytune.doctor.rules.machine.gpustack_indices  # noqa: E402,F401
+import steadytune.doctor.rules.arch.distro_rocblas  # noqa: E402,F401
+import steadytune.doctor.rules.install.ollama_source_builds  # noqa: E402,F401
+import steadytune.doctor.rules.arch.prebuilt_blackwell  # noqa: E402,F401
 import steadytune.doctor.rules.prose  # noqa: E402,F401
 
 

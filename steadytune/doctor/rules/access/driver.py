@@ -49,6 +49,10 @@ _UBUNTU_SERIES = ("4.4", "4.8", "4.10", "4.13", "4.15", "4.18", "5.0", "5.3", "5
 # maintainers answered: 6.14 (Ubuntu 24.04 HWE) from 6.4.2 (ROCm #4619, legacy-rocm-build #5074); 6.17 (Ubuntu
 # 25.10) from 7.1.1 (legacy-rocm-build #5624)
 _DKMS_FIRST_BUILDS = {"6.14": "6.4.2", "6.17": "7.1.1"}
+# An old DKMS module version whose build broke on a distribution kernel update, and the ROCm release whose module
+# builds there: (kernel that broke it, ROCm release, its module version). ROCm/amdgpu#53 (rock-dkms 1.8-192 fails on
+# Ubuntu 4.15.0-33's vga_switcheroo change; AMD released ROCm 1.8.3, module 1.8-199, which builds on it)
+_DKMS_MODULE_FIXED = {"1.8-192": ("4.15.0-33", "1.8.3", "1.8-199")}
 
 
 def _first_dkms_release(text: str) -> Optional[tuple[str, str]]:
@@ -229,6 +233,21 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
                "/usr/lib64/nvidia/libnvidia-ml.so* (and libcuda.so*) must point at the loaded module's version; "
                "remove or relink the stale ones, then sudo ldconfig")
         cause = "the loaded NVIDIA kernel module and the user-space driver libraries are different versions"
+        # round 20 (r20a): the machine's own listings name both versions -- the module's (/proc/driver/nvidia/version's
+        # "Kernel Module 520.56.06") and an installed package's (dpkg -l's "ii nvidia-smi 525.85.12-1") -- and a reboot
+        # did not join them: the package upgrade stopped half-way (its new kernel module never built / installed), so
+        # apt has to finish it (illinois-scicomp/machine-shop-maintenance#70: apt update + apt install --fix-broken)
+        loaded = re.search(r"(?i)Kernel Module\s+(\d+)\.\d+", joined)
+        packaged = re.findall(r"(?im)^ii\s+\S*nvidia\S*\s+(?:\d+:)?(\d+)\.\d+", joined)
+        newer = [v for v in packaged if loaded and v != loaded.group(1)]
+        if newer and not ctx.sheet.is_windows:
+            fix = (f"the installed driver packages are {newer[0]} but the kernel module that loads is still "
+                   f"{loaded.group(1)}, so the upgrade did not finish (its new module was never built): sudo apt update "
+                   f"&& sudo apt install --fix-broken (with the NVIDIA / distribution repositories that upgrade came "
+                   f"from still in the sources list), then reboot; cat /proc/driver/nvidia/version must then say "
+                   f"{newer[0]}; " + fix)
+            cause = (f"a half-finished driver upgrade: user-space {newer[0]} packages over the {loaded.group(1)} kernel "
+                     "module, which a reboot does not change")
     # (the kernel's "module verification failed: signature and/or required key missing - tainting kernel" says it
     # LOADED an unsigned module: signatures are not enforced there, so Secure Boot refused nothing)
     elif re.search(r"(?i)Key was rejected by service|Required key not available|unsigned module|module verification "
@@ -397,6 +416,17 @@ def driver(ctx: Context) -> Optional[Diagnosis]:
         newer = (f"install the amdgpu-dkms of ROCm {first[1]} or newer (the first release whose driver builds for the "
                  f"{first[0]} kernel: sudo amdgpu-install --uninstall, then the amdgpu-install of {first[1]})" if first
                  else "install the amdgpu-dkms of a newer ROCm release (one that lists this kernel)")
+        # round 20 (r20a): the module's own version in its build path, where a release is known to have fixed its
+        # build for a kernel update; and the kernel the paste says it still builds on, named back
+        module = re.search(r"/var/lib/dkms/(?:amdgpu|rock)\S*?/(\d+\.\d+-\d+)/", joined)
+        fixed = _DKMS_MODULE_FIXED.get(module.group(1)) if module else None
+        if fixed:
+            newer = (f"install ROCm {fixed[1]} (its module {fixed[2]} builds on the {fixed[0]} kernels that "
+                     f"{module.group(1)} fails on)")
+        worked = re.search(r"(?i)\bworks?(?: fine| well)? (?:with|on) (?:the )?(?:kernel )?(\d+\.\d+\.\d+-\d+)", joined)
+        if worked:
+            newer += (f"; until then boot the kernel it still builds on, {worked.group(1)} (GRUB's Advanced options), "
+                      f"and hold the kernel update (sudo apt-mark hold linux-image-generic linux-headers-generic)")
         fix = (newer + ", or boot a supported kernel (one the ROCm release's compatibility matrix "
                "lists)" + (f" (the series before it, {previous}: sudo apt install linux-image-"
                                          f"{previous}.0-<abi>-generic linux-headers-{previous}.0-<abi>-generic, pick "

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _text, rule
 
 
 _KUBERNETES = re.compile(r"(?i)\bkubernetes\b|\bk8s\b|\bk3s\b|\bmicrok8s\b|\bkubectl\b|\bkubelet\b|\bkubeadm\b|"
@@ -41,7 +41,8 @@ _ENGINES = (
     ("k3s", r"(?i)\bk3s\b|\brke2\b",
      "k3s: k3s finds the NVIDIA runtime at start and registers a RuntimeClass for it: add runtimeClassName: nvidia "
      "to the device plugin's pod (its Helm chart: --set runtimeClassName=nvidia), or start k3s with "
-     "--default-runtime nvidia"),
+     "--default-runtime nvidia (as a line default-runtime: nvidia in /etc/rancher/k3s/config.yaml, then sudo "
+     "systemctl restart k3s; k3s-agent on agent nodes)"),
     ("containerd", r"(?i)\bcontainerd\b",
      "containerd: sudo nvidia-ctk runtime configure --runtime=containerd --set-as-default (default_runtime_name = "
      "\"nvidia\" in /etc/containerd/config.toml), sudo systemctl restart containerd"),
@@ -99,6 +100,48 @@ def _operator_driver_crash(ctx: Context, text: str) -> Optional[Diagnosis]:
                  "modpost's GPL-only symbol 'rcu_read_unlock_strict', the node's kernel is newer than that driver: "
                  "set driver.version to 535.183.08 or newer (--set driver.version=535.183.08)",
                  [ctx.line_fact(said[0])], said)
+
+
+# round 20 (r20a): the NVIDIA RuntimeClass is there (k3s registers it when it finds the runtime; the user checked it)
+# and still the workloads see no GPU: a RuntimeClass is used only by pods that name it, so every pod that does not
+# (the GPU platform's worker pods, the device plugin) still starts under runc. The fix is the engine's default runtime,
+# or runtimeClassName: nvidia in each pod (k3s-io/k3s#9702: --default-runtime sets containerd's default runtime;
+# k3s reads its flags as keys of /etc/rancher/k3s/config.yaml; gpustack/gpustack#3581: default-runtime: nvidia there
+# made the GPUStack workers' GPUs show up)
+_RUNTIMECLASS = re.compile(r"(?i)runtimeclass\W{0,3}(?:\w+\W{0,3}){0,2}nvidia|nvidia\W{0,3}runtimeclass|"
+                           r"runtimeClassName:\s*nvidia")
+_NO_GPU_IN_PODS = re.compile(r"(?i)\b(?:missing|no|without|lack\w*|not (?:see|find|detect|show)\w*|don.t see|doesn.t "
+                             r"see|can.t see)\b[^\n]{0,30}\bGPUs?\b|\bGPUs?\b[^\n]{0,30}\b(?:missing|not (?:found|"
+                             r"detected|shown|visible|available))|nvidia-smi\W{0,3}(?:command )?not found|"
+                             r"Found no NVIDIA driver|No CUDA GPUs are available")
+
+
+def _runtimeclass_not_default(ctx: Context, text: str) -> Optional[Diagnosis]:
+    if not _RUNTIMECLASS.search(text) or _NOT_ADVERTISED.search(text):
+        return None
+    said = [e for e in _lines_matching(ctx, _NO_GPU_IN_PODS)]
+    if not said:
+        return None
+    named = [fix for _name, pattern, fix in _ENGINES if re.search(pattern, text)]
+    rest = [fix for _name, pattern, fix in _ENGINES if not re.search(pattern, text)]
+    # (ahead of the device-plugin reading: the RuntimeClass being there says the toolkit and runtime are installed)
+    return _ahead_of(_make("visibility", "the NVIDIA RuntimeClass exists, but the pods do not run under it",
+                 "a RuntimeClass applies only to pods that name it (runtimeClassName: nvidia); the workloads that do "
+                 "not (the GPU platform's worker pods, the device plugin) still start under the engine's default "
+                 "runtime, runc, which gives them no GPU",
+                 "make nvidia the container engine's default runtime on the GPU nodes: "
+                 + "; ".join(named or rest) + "; or add runtimeClassName: nvidia to the spec of every pod that "
+                 "needs the GPU; then restart those pods (kubectl exec into one: nvidia-smi must list the GPUs)",
+                 [ctx.line_fact(said[0])], said[:1]), "device-access")
+
+
+@rule("visibility")
+def kubernetes_runtimeclass(ctx: Context) -> Optional[Diagnosis]:
+    """Decided by: Kubernetes named, the NVIDIA RuntimeClass said to exist, and the workloads without GPUs."""
+    text = _text(ctx)
+    if not _KUBERNETES.search(text):
+        return None
+    return _runtimeclass_not_default(ctx, text)
 
 
 @rule("device-access")

@@ -822,7 +822,12 @@ def _arch_fix(arch: str, tool: Optional[str], ctx: Context) -> str:
                                      "llama-cpp-python", "whisper.cpp", None):
         rocm = sheet.values("rocm")
         sdk = f"HIP SDK {rocm[0]}" if rocm else "the HIP SDK"
-        libraries = (f"put a rocblas.dll and rocblas/library built for {arch} (for {sdk}) into the SDK's bin folder, "
+        # the community's builds of these files: likelovewant's ROCmLibs releases (github.com/likelovewant/
+        # ROCmLibs-for-gfx1103-AMD780M-APU, per arch and HIP SDK release; named in the ollama-for-amd and ROCmLibs
+        # threads of the training cases, round 20 r20a)
+        libraries = (f"put a rocblas.dll and rocblas/library built for {arch} (for {sdk}) into the SDK's bin folder "
+                     f"(the program's own lib folder where it bundles them, as Ollama's lib\\ollama does; community "
+                     f"builds per arch and SDK release: likelovewant's ROCmLibs-for-gfx1103-AMD780M-APU releases), "
                      f"or use a build of the program that bundles {arch} kernels")
         if tool == "ollama" and value:
             return (f"set {OVERRIDE}={value} as a Windows user variable (setx {OVERRIDE} {value}), quit Ollama from "

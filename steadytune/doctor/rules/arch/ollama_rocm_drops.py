@@ -107,7 +107,13 @@ def ollama_rocm_regression_on_an_older_radeon(ctx: Context) -> Optional[Diagnosi
     versions = _versions(text)
     failed = _lines_matching(ctx, r"(?i)timed out waiting for (?:the )?llama runner|llm server not responding|"
                                   r"runner crashed|\bcrash\w*|\bfreez\w+|\bhangs?\b|\bfull reboot\b") + ctx.crashes()
-    if not failed or not (len(versions) >= 2 or (versions and _WORKED.search(text))):
+    # round 20 (r20a): GPU discovery itself failing or taking the machine down on a 0.12 release (the releases around
+    # which Vulkan came in) is the same answer without a "worked before" (ollama/ollama#13070: an RX 6700 XT on
+    # 0.12.10, closed by dhiltgen with "ROCm support for gfx1031 not planned; use Vulkan")
+    discovery = re.search(r"(?i)failure during GPU discovery|GPU discovery\W{0,3}(?:fail|crash|hang)|"
+                          r"system[- ]wide crash|whole (?:system|machine|PC) (?:crash|freez|hang)", text)
+    recent = versions and _release_numbers(versions[-1]) >= (0, 12, 0)
+    if not failed or not (len(versions) >= 2 or (versions and _WORKED.search(text)) or (discovery and recent)):
         return None
     return _first(_make(
         "gpu-unsupported", f"Ollama's newer ROCm builds no longer run reliably on {arch}",

@@ -21,6 +21,11 @@ _FAILING = re.compile(r"(?i)error|undefined symbol|cannot|failed|unknown|not fou
 _ON_PATH = re.compile(r"LD_LIBRARY_PATH\S*=\S*?((?:/[\w.+-]+)*/stubs)\b")
 
 
+# folders that hold the driver's libcuda.so.1 (WSL's, the distribution's library folder, the container toolkit's mount)
+_DRIVER_FOLDER = re.compile(r"/usr/lib/wsl/lib\b|/System32/lxss/lib\b|/usr/lib/x86_64-linux-gnu\b|/usr/lib64(?![/\w])|"
+                            r"/usr/local/nvidia/lib64\b")
+
+
 @rule("rocm-libs-missing")
 def stub_libcuda_loaded(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: a failure line naming a libcuda under a stubs folder, or that folder on LD_LIBRARY_PATH beside a
@@ -35,6 +40,12 @@ def stub_libcuda_loaded(ctx: Context) -> Optional[Diagnosis]:
         if not set_on_path or not driver_failing:
             return None
         folder = set_on_path.group(1)
+        # (round 20, r20a) the loader takes the first folder that has the file: a folder of the driver's own libcuda
+        # listed before the stubs (WSL's /usr/lib/wsl/lib or its Windows-side lxss/lib, the distribution's library
+        # folder) is found first, and the stub is never loaded (ollama/ollama#684)
+        listed = re.search(r"LD_LIBRARY_PATH\S*=[\"']?(\S*?)" + re.escape(folder), text)
+        if listed and _DRIVER_FOLDER.search(listed.group(1)):
+            return None
         lines = _lines_matching(ctx, _ON_PATH)
     return _first(_make(
         "rocm-libs-missing", "the toolkit's stub libcuda is loaded instead of the driver's",

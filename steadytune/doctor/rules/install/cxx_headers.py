@@ -17,8 +17,10 @@ from typing import Optional
 
 from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _vendor, rule, _text
 
-_NO_HEADER = re.compile(r"fatal error: '(?:cmath|limits|string|cstdlib|cstdint|type_traits|utility|new|cstddef)' file "
-                        r"not found|unable to find library -lstdc\+\+|cannot find -lstdc\+\+")
+# (round 20, r20a: the header said without clang's "fatal error:" prefix too, as a title or a retelling quotes it:
+# "'cmath' file not found error for AMD builds", llama.cpp#6523, fixed by libstdc++-12-dev)
+_NO_HEADER = re.compile(r"(?:fatal error: )?['`\"‘](?:cmath|limits|string|cstdlib|cstdint|type_traits|utility|new|"
+                        r"cstddef)['`\"’] file not found|unable to find library -lstdc\+\+|cannot find -lstdc\+\+")
 _ABORT = re.compile(r"(?i)\bIOT instruction\b|Aborted \(core dumped\)|\bSIGABRT\b|core dumped")
 _ROCM_TORCH = re.compile(r"(?i)\+rocm\d|\brocm\b|\bROCm\b")
 _PYTHON_ERROR = re.compile(r"(?m)^\W*(?:\w+\.)*\w*(?:Error|Exception):\s")

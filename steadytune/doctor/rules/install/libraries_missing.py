@@ -834,9 +834,17 @@ def rocm_libs_missing(ctx: Context) -> Optional[Diagnosis]:
         if owner is not None:
             # the package that ships the file, named: where it shows as installed and the file is gone, its files were
             # removed or overwritten under it, and only reinstalling it brings them back
-            fix = (f"{name} comes with the ROCm package {owner}: sudo apt install --reinstall {owner} (dnf reinstall "
-                   f"{owner}); dpkg -L {owner} | grep {name.split('.so')[0]} must then list it, and ldconfig -p find "
-                   "it; where more of ROCm is missing: " + fix)
+            # round 20 (r20a): older ROCm releases put a component's libraries in the component's own folder
+            # (/opt/rocm-3.5.1/rccl/lib: Grench6/RX580-rocM-tensorflow-ubuntu20.4-guide#1, fixed by LD_LIBRARY_PATH
+            # on it), which the loader does not search: the file is installed, only not found
+            stem = name.split(".so")[0]
+            fix = (f"{name} comes with the ROCm package {owner}: first look where it is (find /opt/rocm* -name "
+                   f"'{stem}.so*'); where it sits in the package's own folder, as older ROCm releases install it "
+                   f"(/opt/rocm-<version>/{owner}/lib), put that folder on the loader's path: export LD_LIBRARY_PATH="
+                   f"/opt/rocm/{owner}/lib:$LD_LIBRARY_PATH (or a line in /etc/ld.so.conf.d/rocm.conf, then sudo "
+                   f"ldconfig); where it is nowhere: sudo apt install --reinstall {owner} (dnf reinstall {owner}); "
+                   f"dpkg -L {owner} | grep {stem} must then list it, and ldconfig -p find it; where more of ROCm is "
+                   "missing: " + fix)
     return _make("rocm-libs-missing", f"{name} is not found", f"the loader cannot find {name}: the ROCm runtime is "
                  "not installed where the program looks", fix, [ctx.line_fact(first)], errors)
 

@@ -190,6 +190,35 @@ def _device_order(ctx: Context) -> Optional[Diagnosis]:
                         "print(torch.cuda.get_device_name(0))\"", [visible], said[:1]))
 
 
+# round 20 (r20a): CUDA's own list of the devices (ggml's "Device 1: Quadro K620, compute capability 5.0", a runtime's
+# "cuda:1 NVIDIA ...") showing a card the user chose against (a GPU selector, "unselect", "assigned to GPU 1"): the
+# choice was made by nvidia-smi's PCI order and applied in CUDA's fastest-first one (gpustack/gpustack#3744: three mixed
+# cards, the K620 handed to the model; CUDA_DEVICE_ORDER=PCI_BUS_ID on the container fixed it)
+_CUDA_LIST = re.compile(r"(?i)\bDevice (\d+): (?:NVIDIA )?([^,\n]+?), compute capability (\d+\.\d+)")
+_CHOSE = re.compile(r"(?i)\b(?:gpu[ _-]?selector|selected|select|unselect\w*|deselect\w*|assign\w*|chose|chosen|"
+                    r"picks?|pinned)\b")
+
+
+def _device_order_listed(ctx: Context) -> Optional[Diagnosis]:
+    text = _text(ctx)
+    listed = _CUDA_LIST.findall(text)
+    if len({name.strip() for _n, name, _cc in listed}) < 2 or len({cc for _n, _name, cc in listed}) < 2:
+        return None
+    said = _lines_matching(ctx, _CHOSE)
+    if not said or re.search(r"CUDA_DEVICE_ORDER\s*=\s*PCI_BUS_ID", text) or re.search(r"(?i)\bamd\b|rocm|\bhip\b", text):
+        return None
+    cards = ", ".join(f"{n}: {name.strip()} ({cc})" for n, name, cc in listed)
+    inside = bool(re.search(r"(?i)\bdocker\b|\bcontainer\b|\bimage\b|gpustack|kubernetes|\bpod\b", text))
+    where = ("in the environment of the server that assigns the GPUs and of the containers it starts (docker run -e "
+             "CUDA_DEVICE_ORDER=PCI_BUS_ID ...; Compose: environment: - CUDA_DEVICE_ORDER=PCI_BUS_ID)" if inside else
+             "before the program starts (export CUDA_DEVICE_ORDER=PCI_BUS_ID)")
+    return _make("visibility", "CUDA numbers mixed GPUs in another order than nvidia-smi",
+                 f"CUDA lists the cards fastest first ({cards}), nvidia-smi and the GPU selectors built on it by PCI "
+                 "bus; a GPU chosen by nvidia-smi's index is applied in CUDA's order, so another card gets the work",
+                 f"set CUDA_DEVICE_ORDER=PCI_BUS_ID {where}, so CUDA's indices are nvidia-smi's; CUDA's device list at "
+                 "start must then name the chosen cards", [], said[:1], confirmed=False)
+
+
 _MULTI_NODE = re.compile(r"(?i)多节点|多机|multi[- ]?node|\bNNODES\b|--nnodes[= ]?[2-9]|\b[2-9] (?:nodes|machines)\b")
 _HANG_SAID = re.compile(r"(?i)\b(?:hangs?|hanging|hung|stuck|freez\w*|deadlock\w*)\b|卡住|卡死|不动了")
 
@@ -313,7 +342,7 @@ def _gpus_said(text: str) -> Optional[int]:
 def visibility(ctx: Context) -> Optional[Diagnosis]:
     """Decided by: the visibility variables in force (ROCR filters, HIP/CUDA index what is left), the machine's GPUs
     (an iGPU enumerated beside a card), and what the tool says it kept or dropped."""
-    misspelt = (_misspelt_visibility(ctx) or _ray_on_amd(ctx) or _device_order(ctx) or _ranks_per_node(ctx) or
+    misspelt = (_misspelt_visibility(ctx) or _ray_on_amd(ctx) or _device_order(ctx) or _device_order_listed(ctx) or _ranks_per_node(ctx) or
                 _vllm_device_missing(ctx) or _zluda_device_choice(ctx))
     if misspelt is not None:
         return misspelt

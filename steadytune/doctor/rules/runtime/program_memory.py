@@ -289,6 +289,17 @@ _PROGRAMS = (
             "default arguments and at least 3 GB with short segments",
             "shorter segments: --segment 8 (about 3 GB of GPU memory; htdemucs allows at most 7.8, so --segment 7), "
             "with PYTORCH_NO_CUDA_MEMORY_CACHING=1; or on the CPU: -d cpu", adapt=_demucs_card),
+    # round 20 (r20a): Segment Anything's checkpoints (facebookresearch/segment-anything's README and download URLs:
+    # sam_vit_h_4b8939.pth 2.56 GB, the default; sam_vit_l_0b3195.pth 1.25 GB; sam_vit_b_01ec64.pth 0.38 GB, as the
+    # downloaders found by string search give their sizes), its SamAutomaticMaskGenerator's points_per_batch (64 by
+    # default); facebookresearch/segment-anything#512: a 4 GB RTX 3050 ran out with ViT-H, ran with ViT-L
+    Program("Segment Anything", r"(?i)\bsegment[-_ ]anything\b|\bSAM (?:model|checkpoint)\b|\bsam_model_registry\b|"
+                                r"\bSamAutomaticMaskGenerator\b|\bSamPredictor\b|\bsam_vit_[hlb]\w*", "inference",
+            "Segment Anything's default checkpoint is ViT-H (2.6 GB of weights, its image encoder's activations on top), "
+            "too large for a small card, and its automatic mask generator runs points_per_batch prompts (64) at once",
+            "a smaller checkpoint: ViT-L (sam_model_registry[\"vit_l\"] with sam_vit_l_0b3195.pth, 1.25 GB) or ViT-B "
+            "(\"vit_b\", sam_vit_b_01ec64.pth, 0.4 GB), and fewer prompts at once: "
+            "SamAutomaticMaskGenerator(sam, points_per_batch=16); torch.inference_mode() around the calls"),
     Program("WhisperX", r"(?i)\bwhisperx\b", "inference",
             "WhisperX transcribes batch_size chunks of audio at once beside the alignment and diarization models",
             "--batch_size 4 (lower still on a small card), --compute_type int8, a smaller --model "
