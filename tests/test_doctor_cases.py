@@ -260,12 +260,6 @@ KNOWN_MISSES = {
                                                                 "build first published ROCm 6.4 wheels, triggered by "
                                                                 "the maintainer in the thread; nothing in the paste "
                                                                 "names it",
-    # round 19 (r19d): labelled apart from its twins
-    "https://github.com/kijai/ComfyUI-HunyuanVideoWrapper/issues/381": "torch._scaled_mm refusing an RTX 3090 under "
-                                                                       "an fp8 fast mode is labelled gpu-unsupported "
-                                                                       "here and precision in its two training twins "
-                                                                       "(HunyuanVideoWrapper#98, PyramidFlowWrapper#43) "
-                                                                       "for the same fix, which doctor already gives",
     # round 19 (r19a): fixes only the thread could know
     "https://github.com/ggml-org/llama.cpp/issues/4525": "the fix is llama.cpp PR 4528 (HIP defines for CUDA type "
                                                          "names a commit after b1658 used); the paste shows only the "
@@ -298,16 +292,11 @@ KNOWN_MISSES = {
                                                   "the paste shows only the cu117 extra index, and that index carried "
                                                   "several torch releases (doctor names the class: torch==<release>"
                                                   "+cu117 from that index alone)",
-    # round 20 (r20b): a release only the thread names; a label apart from its twins
+    # round 20 (r20b): a release only the thread names
     "https://github.com/verl-project/verl/issues/161": "the fix is the maintainer's Ray upgrade (2.40); the paste names "
                                                        "neither Ray nor its release, only NCCL's duplicate GPU, which "
                                                        "doctor reads as the ranks' device binding (its catalogue "
                                                        "entry)",
-    "https://github.com/NVlabs/nvdiffrast/issues/26": "docker's 'could not select device driver \"\" with "
-                                                      "capabilities: [[gpu]]' is labelled driver here and "
-                                                      "device-access in its 16 training twins for the same fix, "
-                                                      "which doctor already gives (nvidia-container-toolkit, "
-                                                      "restart docker)",
     # round 20 (r20c): a build value and a toolkit release only the thread could know
     "https://github.com/yangjianxin1/Firefly/issues/26": "the fix is bitsandbytes built from source with "
                                                         "CUDA_VERSION=114 make cuda11x; the paste says CUDA 11.0 and "
@@ -325,15 +314,30 @@ KNOWN_MISSES = {
     "https://github.com/janhq/jan/issues/5709": "the fix is the CUDA 11.7 runtime files from llama.cpp's release page "
                                                 "in Jan's engine folder; the paste says only that the model hangs "
                                                 "while loading on Windows, naming no CUDA, backend or error",
-    # round 20 (r20a): a fix only the thread could know, and a case labelled apart from its twins
+    # round 20 (r20a): a fix only the thread could know
     "https://github.com/gpustack/gpustack/issues/4166": "the fix is the gpustack-runtime release (0.1.38.post1) that "
                                                         "repaired AMD detection after GPUStack v2.0.2; the paste names "
                                                         "only an MI308X not recognised, no GPUStack or runtime release",
-    "https://github.com/kijai/ComfyUI-CogVideoXWrapper/issues/40": "torch._scaled_mm refusing an RTX 3090 under an fp8 "
-                                                                  "fast mode, labelled gpu-unsupported like "
-                                                                  "HunyuanVideoWrapper#381 and precision in their two "
-                                                                  "twins (HunyuanVideoWrapper#98, PyramidFlowWrapper"
-                                                                  "#43) for the same fix, which doctor already gives",
+    # round 20, after the merges: a patch, a release and a label only the thread gives
+    "https://github.com/zai-org/GLM-4/issues/103": "the fix patches one line of the model's own modeling_chatglm.py "
+                                                   "(images_features[i].to(inputs_embeds.device)) so GLM-4V splits "
+                                                   "across the GPUs; doctor reads the out-of-memory and gives its "
+                                                   "standard fixes, device_map='auto' with max_memory among them",
+    "https://github.com/neuralchen/SimSwap/issues/98": "the fix is the CUDA 11.1 toolkit the reporter's onnxruntime-gpu "
+                                                       "wanted; the paste names CUDA 10.2 and no onnxruntime release, "
+                                                       "and doctor's table gives each release's CUDA (11.1 is in none "
+                                                       "of onnxruntime's requirement rows)",
+    "https://github.com/victorchall/EveryDream2trainer/issues/201": "bitsandbytes' bare 'CUDA Setup failed despite GPU "
+                                                                    "being available' is the whole paste of "
+                                                                    "bitsandbytes#1204 too, whose accepted fix is a "
+                                                                    "newer wheel (wheel-platform); here it was the CUDA "
+                                                                    "runtime's folder (libcudart.so on "
+                                                                    "LD_LIBRARY_PATH): nothing in the paste tells them "
+                                                                    "apart",
+    "https://github.com/chatchat-space/Langchain-Chatchat/issues/1189": "the fix was torch's nightly for CUDA 12.1, "
+                                                                        "true only in mid-2023 (the stable cu118 "
+                                                                        "wheels ran a 4090 too); the paste is a "
+                                                                        "complaint in Chinese that the GPU is idle",
 }
 
 
