@@ -336,8 +336,10 @@ KNOWN_MISSES = {
                                                                     "apart",
     "https://github.com/chatchat-space/Langchain-Chatchat/issues/1189": "the fix was torch's nightly for CUDA 12.1, "
                                                                         "true only in mid-2023 (the stable cu118 "
-                                                                        "wheels ran a 4090 too); the paste is a "
-                                                                        "complaint in Chinese that the GPU is idle",
+                                                                        "wheels ran a 4090 too); doctor reads the "
+                                                                        "complaint (the GPU idle under ChatGLM on "
+                                                                        "Windows) as the CPU build of torch and names "
+                                                                        "today's CUDA index",
 }
 
 

@@ -249,3 +249,27 @@ def test_workstation_ada_cards_are_not_read_as_consumer_cards_without_peer_to_pe
     assert workstation is not None and consumer is not None
     assert workstation.family == consumer.family == "multi-gpu-transport"
     assert "consumer" in consumer.cause and "consumer" not in workstation.cause
+
+
+@pytest.mark.parametrize("line, name", [
+    ("显卡是两张 4090 turbo，应该没有显存问题", "RTX 4090"),    # "the cards are two 4090 turbos"
+    ("显卡：3060 12G", "RTX 3060"),
+    ("two 4080 turbo cards in one box", "RTX 4080"),
+])
+def test_a_bare_geforce_number_beside_the_word_for_graphics_card_is_the_card(line, name):
+    assert [f.value for f in extract_facts(line).of("gpu")] == [name]
+
+
+def test_a_memory_size_beside_the_word_for_graphics_card_is_not_a_card():
+    assert extract_facts("显卡显存已用 4090 MiB / 24564 MiB").of("gpu") == []
+
+
+def test_an_idle_gpu_said_in_chinese_under_a_torch_llm_stack_is_the_cpu_build_of_torch():
+    paste = ("用 Qwen-7B 跑推理特别慢，任务管理器里 GPU 占用为 0，看起来只用CPU\n"
+             "- 操作系统: Windows 11\n- 显卡是 4070 Ti")
+    top = diagnose_text(paste).top
+    assert top is not None and top.family == "torch-build"
+    assert "download.pytorch.org/whl/cu" in top.fix
+    # the same words under a runner that does not use torch get no torch reading
+    other = diagnose_text(paste.replace("用 Qwen-7B 跑推理", "用 ollama 跑 qwen2 推理")).top
+    assert other is None or other.family != "torch-build"

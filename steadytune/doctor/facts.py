@@ -343,10 +343,14 @@ def _gpu(line: str):
     named = re.sub(r"(?i)\bGeForce (1[0-6][5-8]0)\b", r"GTX \1", named)                       # "geforce 1070"
     # a GeForce RTX number after the vendor's name alone ("nvidia 5090", "GeForce 4090"): the RTX card
     named = re.sub(r"(?i)\b(NVIDIA|GeForce) ((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0))\b", r"\1 RTX \2", named)
-    # a bare GeForce number said to be a GPU ("a 5080 GPU", "my 4090 card")
+    # a bare GeForce number said to be a GPU ("a 5080 GPU", "my 4090 card", a blower "4090 turbo"), or after the
+    # words for the graphics card ("显卡是两张 4090": "the cards are two 4090s"), never a memory size ("4090 MiB")
     if not re.search(r"(?i)\b(?:RTX|GTX|RX)\s?\d{4}", named):
-        named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop|显卡|顯卡))",
+        named = re.sub(r"(?i)(?<!\w)((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b(?=\s*(?:GPU|card|graphics|laptop|turbo|显卡|顯卡))",
                        r"RTX \1", named)
+        if re.search(r"显卡|顯卡", named):
+            named = re.sub(r"(?i)(?<![\w.])(?<!RTX )((?:20[6-8]0|30[5-9]0|40[6-9]0|50[5-9]0)(?: ?Ti| SUPER)?)\b"
+                           r"(?!\s*(?:MiB|MB|GiB|GB|M\b|W\b|MHz|%|元|块))", r"RTX \1", named)
     # "7800XT", "6700 XT", "9060XT", "6650 XT" (RDNA's x50 / x60 parts too)
     named = re.sub(r"(?i)(?<!RX )(?<!RX)\b([5-9]\d\d0) ?(XTX|XT|GRE)\b", r"RX \1 \2", named)
     # a GTX 10 or 16 series number with its Ti ("1080Ti", "1660 Ti"): the GTX card, whatever follows it

@@ -41,9 +41,15 @@ _WHISPER_ON_CPU = re.compile(r"FP16 is not supported on CPU; using FP32 instead"
 _GPU_NOT_USED = re.compile(r"(?i)\b(?:does ?n[o']?t|do ?n[o']?t|won'?t|can'?t|cant|cannot|can not|unable to|fails? to)"
                            r"\s+(?:invoke|load|use|utili[sz]e|detect|find|see)\s+(?:the\s+|my\s+|any\s+)?"
                            r"(?:gpu|graphics card)\b")
-# torch programs: openai-whisper (not the CTranslate2 or ggml ones), YOLO, torch named itself
-_TORCH_PROGRAM = re.compile(r"(?i)\bwhisper\b|\byolo(?:v\d+)?\b|\bultralytics\b|\bpytorch\b|\btorch\b")
-_NOT_TORCH_WHISPER = re.compile(r"(?i)faster[-_]whisper|whisperx|whisper[.-]cpp|ctranslate2|\bggml\b|\bonnx")
+# the same said in Chinese: "GPU load: none / 0", "inference does not use the GPU", "runs only on the CPU"
+_GPU_IDLE_CJK = re.compile(r"(?i)(?:GPU|显卡)\s*的?(?:负载|负荷|占用|利用率|使用率)\s*(?:为|是|都是|一直是)?\s*(?:0|零|没有|很低)|"
+                           r"(?:没有?|未|不)(?:用|使用|调用)到?\s*(?:显卡|GPU)|只(?:用|使用|走|在)\s*CPU")
+# torch programs: openai-whisper (not the CTranslate2 or ggml ones), YOLO, torch named itself, and the Chinese LLM
+# stacks that run their models in transformers on torch (ChatGLM, Qwen, Baichuan, InternLM, Langchain-Chatchat)
+_TORCH_PROGRAM = re.compile(r"(?i)\bwhisper\b|\byolo(?:v\d+)?\b|\bultralytics\b|\bpytorch\b|\btorch\b|"
+                            r"chatglm\d?|\bqwen|baichuan|internlm|\btransformers\b|langchain|chatchat")
+_NOT_TORCH_WHISPER = re.compile(r"(?i)faster[-_]whisper|whisperx|whisper[.-]cpp|ctranslate2|\bggml\b|\bonnx|"
+                                r"llama[.-]cpp|\bollama\b|\bgguf\b|lm ?studio|\bvllm\b")
 # the GPU's own driver or device failing: not the build's reading
 _OTHER = ("driver", "device-access", "wsl", "visibility", "rocm-libs-missing", "platform-bios", "gpu-unsupported")
 
@@ -123,7 +129,8 @@ def torch_program_on_the_cpu(ctx: Context) -> Optional[Diagnosis]:
     if not warned:
         if any(e.family for e in ctx.errors) or not _TORCH_PROGRAM.search(text) or _NOT_TORCH_WHISPER.search(text):
             return None
-        said = _lines_matching(ctx, _GPU_NOT_USED) or _lines_matching(ctx, _ON_CPU)
+        said = _lines_matching(ctx, _GPU_NOT_USED) or _lines_matching(ctx, _ON_CPU) or \
+            _lines_matching(ctx, _GPU_IDLE_CJK)
         if not said:
             return None
         # a GPU of NVIDIA, or none named at all (Windows, where pip's torch is the CPU build)
