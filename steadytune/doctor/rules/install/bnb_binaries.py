@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _text, on_windows, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _lines_matching, _make, _release_numbers, _text, \
+    on_windows, rule
 
 
 # The first bitsandbytes release with a prebuilt binary for a CUDA release (by OS; None: every OS it built for then).
@@ -53,10 +54,6 @@ _OLD_LOADER = re.compile(r"CUDA SETUP: |CUDA_SETUP: |Required library version no
 _INSTALLED = re.compile(r"(?i)\bbitsandbytes(?:-|==|\s{1,3}|\s{0,3}version\s{0,3}:?\s{0,3})v?(\d+\.\d+\.\d+)")
 # a CUDA release said with bitsandbytes around: "CUDA 11.6", "cuda12.4", "make CUDA_VERSION=116"
 _CUDA_SAID = re.compile(r"(?i)\bCUDA[_ ]?VERSION\s{0,3}=\s{0,3}(1\d)(\d)\b|\bCUDA\s{0,3}[-_ ]?(1\d)\.(\d)\b")
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
 def _os_of(ctx: Context, line: str) -> str:
@@ -106,7 +103,7 @@ def bitsandbytes_binary_for_another_cuda(ctx: Context) -> Optional[Diagnosis]:
     system = _os_of(ctx, lines[0].line)
     first = _first_release_with(wanted, system)
     installed = _INSTALLED.search(text)
-    behind = first and (installed is None or _version(installed.group(1)) < _version(first))
+    behind = first and (installed is None or _release_numbers(installed.group(1)) < _release_numbers(first))
     same_major = f"{major}.0"
     if behind:
         upgrade = (f"pip install -U \"bitsandbytes>={first}\" ({first} is the first release with a "
@@ -195,7 +192,7 @@ def bitsandbytes_release_before_windows(ctx: Context) -> Optional[Diagnosis]:
         return None
     lines = _lines_matching(ctx, _BNB_IMPORTED) or _lines_matching(ctx, _WINDOWS_ASKED)
     installed = _INSTALLED.search(text)
-    if not lines or (installed and _version(installed.group(1)) >= _FIRST_WINDOWS):
+    if not lines or (installed and _release_numbers(installed.group(1)) >= _FIRST_WINDOWS):
         return None
     return _make("wheel-platform", "this bitsandbytes release has no Windows build",
                  "bitsandbytes fails at its own import on Windows; releases before 0.43.0 published Linux binaries only"

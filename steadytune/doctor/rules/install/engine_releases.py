@@ -9,12 +9,9 @@ from typing import Optional
 
 from steadytune.doctor.packages import distribution_of
 from steadytune.doctor.tool_fixes import tool_fix
-from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, on_windows, rule, _text
+from steadytune.doctor.rules.base import Context, Diagnosis, _ahead_of, _lines_matching, _make, _release_numbers, \
+    on_windows, rule, _text
 from steadytune.doctor.rules.install.shared import _cuda_label, _table_fix, cuda_of_label
-
-
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", version)[:3])
 
 
 # a problem or a request said about the wheel ("need", "add whl support", "Import Failed", "not installed")
@@ -47,7 +44,8 @@ def prebuilt_wheel_for_another_torch(ctx: Context) -> Optional[Diagnosis]:
     # the torch's own +cuXYZ where the paste shows it, else the CUDA the paste names beside torch
     label = said.group(2)[1:] if said and (said.group(2) or "").startswith("+cu") else _cuda_label(ctx)
     other_cuda = build.startswith("cu") and label is not None and label != build
-    other_torch = wheel_torch is not None and have is not None and _release(have)[:2] != _release(wheel_torch)[:2]
+    other_torch = wheel_torch is not None and have is not None and \
+        _release_numbers(have)[:2] != _release_numbers(wheel_torch)[:2]
     if not (wheel_torch or other_cuda) or not _TROUBLE.search(_text(ctx)):
         return None
     wheel = m.group(0)
@@ -91,7 +89,7 @@ def dependency_newer_than_the_engine_pins(ctx: Context) -> Optional[Diagnosis]:
         if library not in text.lower():
             continue
         have = re.search(rf"(?i)\b{library}[-_ =v]{{1,3}}(\d+\.\d+\.\d+)", text)
-        if have is None or _release(have.group(1)) < _release(breaking) or not _TROUBLE.search(text):
+        if have is None or _release_numbers(have.group(1)) < _release_numbers(breaking) or not _TROUBLE.search(text):
             continue
         engine = next((e for e in ("sglang", "vllm") if re.search(rf"(?i)\b{e}\b", text)), None) or ctx.tool()
         who = engine if engine and engine in engines else "the engine"

@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _text, rule
+from steadytune.doctor.rules.base import Context, Diagnosis, _first, _lines_matching, _make, _release_numbers, _text, \
+    rule
 from steadytune.doctor.rules.install.shared import _listed_torch_version
 
 
@@ -32,10 +33,6 @@ _RANGE = re.compile(r"(?i)MMCV==([\w.]+) is used but incompatible\.?\s*Please in
                     r"([\d.]+)")
 _EXT_SYMBOL = re.compile(r"(?i)(?:mmcv[/\\])?_ext\.cpython[^\s:]*\.so:?\s*undefined symbol|mmcv[/\\]_ext.{0,80}"
                          r"undefined symbol")
-
-
-def _numbers(release: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", release)[:3])
 
 
 def _index(ctx: Context, major: int) -> str:
@@ -62,12 +59,13 @@ def openmmlab_mmcv_range(ctx: Context) -> Optional[Diagnosis]:
     if not lines:
         return None
     found, low, op, high = _RANGE.search(lines[0].line).groups()
-    inside = [r for r in _RELEASES if _numbers(low) <= _numbers(r) and
-              (_numbers(r) <= _numbers(high) if op == "<=" else _numbers(r) < _numbers(high))]
+    inside = [r for r in _RELEASES if _release_numbers(low) <= _release_numbers(r) and
+              (_release_numbers(r) <= _release_numbers(high) if op == "<="
+               else _release_numbers(r) < _release_numbers(high))]
     if not inside:
         return None
     pick = inside[-1]
-    major = _numbers(pick)[0]
+    major = _release_numbers(pick)[0]
     package = "mmcv-full" if major == 1 else "mmcv"
     return _first(_make(
         "wheel-platform", f"mmcv {found} is outside the range this OpenMMLab project accepts",
@@ -87,7 +85,7 @@ def mmcv_ext_symbol(ctx: Context) -> Optional[Diagnosis]:
         return None
     release = re.search(r"(?i)mmcv(?:-full)?\s*(?:==|\s)\s*v?(\d+\.\d+\.\d+)", text)
     version = release.group(1) if release else None
-    major = _numbers(version)[0] if version else 1 if re.search(r"(?i)mmcv-full", text) else 2
+    major = _release_numbers(version)[0] if version else 1 if re.search(r"(?i)mmcv-full", text) else 2
     package = "mmcv-full" if major == 1 else "mmcv"
     fixed = _BROKEN.get(version or "")
     pin = f"=={fixed}" if fixed else (f"=={version}" if version else "")
